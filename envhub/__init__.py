@@ -1,0 +1,67 @@
+"""envhub: hermetic multi-turn environments for RL post-training of LLM agents, behind one async API."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from envhub.authoring import ChatEnv, MultiTurnEnv, Reaction, Reply, SingleTurnEnv, ToolEnv, reward
+from envhub.core import (
+    Action,
+    Env,
+    EnvSpec,
+    EpisodeStateError,
+    MalformedAction,
+    Observation,
+    Provenance,
+    StepResult,
+)
+from envhub.ids import InvalidEnvId, parse_env_id
+from envhub.index import RegistryIndexError
+from envhub.messages import ImagePart, Message, TextPart, ToolCall
+from envhub.registration import (
+    DuplicateEnvError,
+    PluginImportError,
+    UnknownEnvError,
+    make,
+    register,
+    registry,
+    spec,
+)
+from envhub.tools import ToolSpec, tool
+
+try:
+    __version__ = version("envhub")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0"
+
+__all__ = [
+    "Action",
+    "ChatEnv",
+    "DuplicateEnvError",
+    "Env",
+    "EnvSpec",
+    "EpisodeStateError",
+    "ImagePart",
+    "InvalidEnvId",
+    "MalformedAction",
+    "Message",
+    "MultiTurnEnv",
+    "Observation",
+    "PluginImportError",
+    "Provenance",
+    "Reaction",
+    "RegistryIndexError",
+    "Reply",
+    "SingleTurnEnv",
+    "StepResult",
+    "TextPart",
+    "ToolCall",
+    "ToolEnv",
+    "ToolSpec",
+    "UnknownEnvError",
+    "__version__",
+    "make",
+    "parse_env_id",
+    "register",
+    "registry",
+    "spec",
+    "tool",
+]

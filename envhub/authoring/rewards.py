@@ -1,0 +1,62 @@
+"""Rewards are small methods marked `@envhub.reward`; an episode's reward is their weighted sum.
+
+Each reward method asks for what it needs by parameter name (`answer`, `messages`), so authors write
+`def exact(self, answer: str) -> float` and never unpack episode state by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from envhub.messages import Message
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_REWARD_MARK = "__envhub_reward__"
+AVAILABLE = ("answer", "messages")
+
+
+def reward(func: F | None = None, *, weight: float = 1.0) -> Any:
+    """Mark a method as a reward component; usable bare or as `@reward(weight=0.5)`."""
+
+    def mark(f: F) -> F:
+        unknown = [
+            name for name in list(inspect.signature(f).parameters)[1:] if name not in AVAILABLE
+        ]
+        if unknown:
+            raise TypeError(
+                f"reward {f.__name__!r} asks for {unknown}; reward methods may only take {list(AVAILABLE)}"
+            )
+        setattr(f, _REWARD_MARK, weight)
+        return f
+
+    return mark(func) if func is not None else mark
+
+
+def reward_methods(obj: object) -> dict[str, tuple[Callable[..., Any], float]]:
+    """The bound reward methods of an environment, by name, with their weights."""
+    found: dict[str, tuple[Callable[..., Any], float]] = {}
+    for cls in reversed(type(obj).__mro__):
+        for name, attr in vars(cls).items():
+            if hasattr(attr, _REWARD_MARK):
+                found[name] = (getattr(obj, name), getattr(attr, _REWARD_MARK))
+    return found
+
+
+async def score(obj: object, *, answer: str, messages: list[Message]) -> tuple[float, dict[str, float]]:
+    """Run every reward method (sync ones off the event loop); return the weighted total and components."""
+    available: dict[str, Any] = {"answer": answer, "messages": messages}
+    components: dict[str, float] = {}
+    total = 0.0
+    for name, (method, weight) in reward_methods(obj).items():
+        kwargs = {p: available[p] for p in inspect.signature(method).parameters}
+        if inspect.iscoroutinefunction(method):
+            value = await method(**kwargs)
+        else:
+            value = await asyncio.to_thread(method, **kwargs)
+        components[name] = float(value)
+        total += weight * float(value)
+    return total, components

@@ -1,0 +1,150 @@
+"""The contract every envhub environment keeps: async `reset`, `step` and `close`, and a `spec`.
+
+This is the one file a user needs to read to drive any environment. Authoring helpers that make the
+contract short to implement live in `envhub.authoring`; nothing here knows about them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from envhub.messages import Message
+from envhub.tools import ToolSpec
+
+if TYPE_CHECKING:
+    from envhub.gym_adapter import GymnasiumEnv
+
+Observation = list[Message]
+"""What the environment says after a reset or a step: the new messages only, not the whole history."""
+
+Action = Message | str | dict[str, Any]
+"""An assistant message; a plain string is its text, a dict is read in OpenAI's wire format."""
+
+
+class Provenance(BaseModel):
+    """Where an environment came from, stored with every episode so results can be traced and compared."""
+
+    model_config = ConfigDict(frozen=True)
+
+    package: str | None = None
+    package_version: str | None = None
+    entry_point: str | None = None
+    data_source: str | None = None
+    default_sandbox: str | None = None
+
+
+class EnvSpec(BaseModel):
+    """The identity of a registered environment, as `envhub.make` resolved it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    namespace: str | None = None
+    name: str
+    version: int | None = None
+    max_turns: int | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    provenance: Provenance = Field(default_factory=Provenance)
+
+
+class StepResult(NamedTuple):
+    """One step's outcome; unpacks like gymnasium's `obs, reward, terminated, truncated, info`.
+
+    A NamedTuple rather than a pydantic model because tuple unpacking is the contract users already know.
+    """
+
+    observation: Observation
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+
+
+class MalformedAction(ValueError):
+    """An action that cannot be read as an assistant message; answered to the agent, never raised out of step."""
+
+
+class EpisodeStateError(RuntimeError):
+    """The caller stepped an episode that was never reset or has already ended: a bug in the driver."""
+
+
+def parse_action(action: Action) -> Message:
+    """Read any accepted action form as an assistant message, or raise MalformedAction saying why."""
+    if isinstance(action, str):
+        message = Message(role="assistant", content=action)
+    elif isinstance(action, Message):
+        message = action
+    elif isinstance(action, dict):
+        try:
+            message = Message.from_openai({"role": "assistant", **action})
+        except (ValidationError, ValueError, TypeError, AttributeError, KeyError) as exc:
+            raise MalformedAction(f"the message could not be read: {exc}") from exc
+    else:
+        raise MalformedAction(f"an action must be a message, a string or a dict, not {type(action).__name__}")
+    if message.role != "assistant":
+        raise MalformedAction(f"the action must be an assistant message, got role {message.role!r}")
+    if not message.text.strip() and not message.tool_calls and not message.images:
+        raise MalformedAction("the message is empty: reply with text or call a tool")
+    return message
+
+
+class Env(ABC):
+    """An environment an agent talks to, one episode at a time.
+
+    Implementations must never block the event loop: thousands of episodes share one loop.
+    """
+
+    spec: EnvSpec | None = None
+    max_turns: int = 16
+    """Steps before the episode is truncated; `make(..., max_turns=N)` overrides it."""
+
+    @property
+    def tools(self) -> list[ToolSpec]:
+        """The tools the agent may call in this environment; none by default."""
+        return []
+
+    @abstractmethod
+    async def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        """Start a new episode; the same seed gives the same episode."""
+
+    @abstractmethod
+    async def step(self, action: Action) -> StepResult:
+        """Answer one agent turn. Malformed actions become an error observation, not an exception."""
+
+    async def close(self) -> None:
+        """Release what the environment holds (sandboxes, browsers, servers)."""
+        return None
+
+    def reference_action(self, messages: list[Message]) -> Action | None:
+        """The reference solution's next action given the conversation so far, if the env has one.
+
+        The oracle policy plays this; environments without a reference solution return None.
+        """
+        return None
+
+    def to_gymnasium(self, **kwargs: Any) -> GymnasiumEnv:
+        """A synchronous `gymnasium.Env` over this environment (needs the `gymnasium` extra)."""
+        from envhub.gym_adapter import GymnasiumEnv
+
+        return GymnasiumEnv(self, **kwargs)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        name = self.spec.id if self.spec else type(self).__name__
+        return f"<{type(self).__name__} {name}>"

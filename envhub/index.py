@@ -1,0 +1,133 @@
+"""`registry.yaml`: the hub's index of first-party environment ids, read with line numbers for errors.
+
+The index names environments whose packages may not be installed, so that `make` can tell a user which
+package to install, and `envhub list` can show the whole hub. Installed plugins remain the source of
+truth for what can actually be made.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from envhub.ids import parse_env_id
+
+SCHEMA_VERSION = 1
+_ENV_FIELDS = "package, entry_point, versions, description, default_sandbox, data_source, tags"
+
+
+class RegistryIndexError(ValueError):
+    """registry.yaml is malformed; the message names the file, the line and the field."""
+
+
+class IndexEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    package: str
+    entry_point: str = Field(pattern=r"^[\w.]+:[\w.]+$")
+    versions: list[int] = Field(min_length=1)
+    description: str
+    default_sandbox: Literal["none", "local", "docker", "e2b", "browser"] = "none"
+    data_source: str = "procedural"
+    tags: list[str] = Field(default_factory=list)
+
+    @field_validator("versions")
+    @classmethod
+    def _non_negative(cls, versions: list[int]) -> list[int]:
+        if any(v < 0 for v in versions):
+            raise ValueError("versions are non-negative integers, e.g. [0, 1]")
+        return sorted(versions)
+
+    @property
+    def newest(self) -> int:
+        return self.versions[-1]
+
+
+class RegistryIndex(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = Field(alias="schema")
+    envs: dict[str, IndexEntry]
+
+    @field_validator("envs")
+    @classmethod
+    def _names_are_unversioned_ids(cls, envs: dict[str, IndexEntry]) -> dict[str, IndexEntry]:
+        for name in envs:
+            if parse_env_id(name).version is not None:
+                raise ValueError(f"{name!r}: index keys are unversioned names; list versions under it")
+        return envs
+
+    def ids(self) -> dict[str, IndexEntry]:
+        """Every versioned id the index declares, e.g. `arithmetic-v0`."""
+        return {f"{name}-v{v}": entry for name, entry in self.envs.items() for v in entry.versions}
+
+
+def _key_lines(node: yaml.Node, path: tuple[str, ...], lines: dict[tuple[str, ...], int]) -> None:
+    """Record the line of every key path in a YAML node tree, so errors can point at it."""
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            _key_lines(value_node, (*path, str(key_node.value)), lines)
+            lines[(*path, str(key_node.value))] = key_node.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _key_lines(item, (*path, str(i)), lines)
+
+
+def load_index(path: Path) -> RegistryIndex:
+    """Read and validate an index file; every problem names file, line and field."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise RegistryIndexError(f"{path}: cannot read the registry index: {exc.strerror}") from exc
+    try:
+        root = yaml.compose(text)
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
+        raise RegistryIndexError(f"{path}:{line}: not valid YAML: {exc.problem}") from exc
+    lines: dict[tuple[str, ...], int] = {}
+    if root is not None:
+        _key_lines(root, (), lines)
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise RegistryIndexError(
+            f"{path}:1: the index must be a mapping with keys 'schema' and 'envs'"
+        )
+    try:
+        return RegistryIndex.model_validate(data)
+    except ValidationError as exc:
+        raise RegistryIndexError("\n".join(_describe(path, err, lines) for err in exc.errors())) from exc
+
+
+def _describe(path: Path, err: Any, lines: dict[tuple[str, ...], int]) -> str:
+    loc = tuple(str(part) for part in err["loc"])
+    known = loc
+    while known and known not in lines:
+        known = known[:-1]
+    field = ".".join(loc) or "(top level)"
+    hint = ""
+    if err["type"] == "missing":
+        hint = f" (each env needs: {_ENV_FIELDS})" if len(loc) == 3 and loc[0] == "envs" else ""
+    elif err["type"] == "extra_forbidden":
+        hint = f" (known fields: {_ENV_FIELDS})" if len(loc) == 3 and loc[0] == "envs" else ""
+    return f"{path}:{lines.get(known, 1)}: {field}: {err['msg']}{hint}"
+
+
+def index_path() -> Path:
+    """The installed copy of registry.yaml, or the repository's own in a development checkout."""
+    packaged = resources.files("envhub").joinpath("registry.yaml")
+    if packaged.is_file():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent / "registry.yaml"
+
+
+@functools.cache
+def default_index() -> RegistryIndex | None:
+    """The hub's own index, or None when this installation carries none."""
+    path = index_path()
+    return load_index(path) if path.is_file() else None

@@ -1,0 +1,253 @@
+"""The registry: ids to environment factories, filled by `register()` and by plugin entry points.
+
+Plugins declare environments in the entry-point group `envhub.envs` (`"name-vN" = "module:Class"`).
+They are discovered on first use but imported only when one of their ids is made, so one broken plugin
+cannot stop the others from working, and `envhub list` stays fast.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from envhub.core import Env, EnvSpec, Provenance
+from envhub.ids import EnvId, parse_env_id
+from envhub.index import RegistryIndex, default_index
+
+ENTRY_POINT_GROUP = "envhub.envs"
+
+EnvFactory = Callable[..., Env]
+
+
+class UnknownEnvError(KeyError):
+    """No installed plugin or `register()` call provides this id."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0])
+
+
+class PluginImportError(ImportError):
+    """A plugin's entry point failed to import; the message carries the plugin's own traceback."""
+
+
+class DuplicateEnvError(ValueError):
+    """Two sources claim the same environment id."""
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One registered id: what builds it and where the registration came from."""
+
+    env_id: EnvId
+    entry_point: str | EnvFactory
+    origin: str
+    """Who registered it: `plugin <distribution>` or `register() in <module>`, used in error messages."""
+    package: str | None = None
+    package_version: str | None = None
+    max_turns: int | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return str(self.env_id)
+
+    @property
+    def entry_point_text(self) -> str:
+        if isinstance(self.entry_point, str):
+            return self.entry_point
+        return f"{self.entry_point.__module__}:{self.entry_point.__qualname__}"
+
+
+class Registry:
+    """All known environments. The module-level `make`/`register` use one shared instance."""
+
+    def __init__(self, index: RegistryIndex | None = None, *, discover_plugins: bool = True) -> None:
+        self.index = index
+        self._registrations: dict[str, Registration] = {}
+        self._conflicts: dict[str, list[Registration]] = {}
+        self._discover = discover_plugins
+        self._discovered = False
+
+    def register(
+        self,
+        env_id: str,
+        entry_point: str | EnvFactory,
+        *,
+        max_turns: int | None = None,
+        kwargs: dict[str, Any] | None = None,
+        override: bool = False,
+    ) -> Registration:
+        """Register an environment under `env_id`; `entry_point` is a factory or `"module:attr"`."""
+        parsed = parse_env_id(env_id)
+        module = entry_point.split(":")[0] if isinstance(entry_point, str) else entry_point.__module__
+        registration = Registration(
+            parsed, entry_point, origin=f"register() in {module}", max_turns=max_turns, kwargs=kwargs or {}
+        )
+        existing = self._registrations.get(str(parsed))
+        if existing is not None and not override:
+            raise DuplicateEnvError(
+                f"environment id {str(parsed)!r} is already registered by {existing.origin} "
+                f"({existing.entry_point_text}); pick another id or pass override=True to replace it"
+            )
+        self._registrations[str(parsed)] = registration
+        return registration
+
+    def _discover_plugins(self) -> None:
+        if self._discovered or not self._discover:
+            return
+        self._discovered = True
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = ep.dist
+            package = dist.name if dist else "unknown distribution"
+            registration = Registration(
+                parse_env_id(ep.name),
+                ep.value,
+                origin=f"plugin {package}",
+                package=package,
+                package_version=dist.version if dist else None,
+            )
+            existing = self._registrations.get(registration.id)
+            if existing is not None and existing.origin != registration.origin:
+                self._conflicts.setdefault(registration.id, [existing]).append(registration)
+                continue
+            self._registrations[registration.id] = registration
+
+    def registrations(self) -> dict[str, Registration]:
+        self._discover_plugins()
+        return dict(self._registrations)
+
+    def conflicts(self) -> dict[str, list[Registration]]:
+        self._discover_plugins()
+        return dict(self._conflicts)
+
+    def resolve(self, env_id: str) -> Registration:
+        """The registration an id means; unversioned ids mean the newest version."""
+        self._discover_plugins()
+        wanted = parse_env_id(env_id)
+        if wanted.version is None and str(wanted) not in self._registrations:
+            versions = [r for r in self._registrations.values() if r.env_id.family == wanted.family]
+            if versions:
+                return max(versions, key=lambda r: r.env_id.version or -1)
+        registration = self._registrations.get(str(wanted))
+        if registration is None:
+            raise UnknownEnvError(self._unknown_message(wanted))
+        if registration.id in self._conflicts:
+            claims = "\n".join(
+                f"  - {r.origin}: {r.id} = {r.entry_point_text}" for r in self._conflicts[registration.id]
+            )
+            raise DuplicateEnvError(
+                f"environment id {registration.id!r} is provided by more than one plugin:\n{claims}\n"
+                "uninstall one of them, or ask its author to use a namespace ('acme/name-v0')"
+            )
+        return registration
+
+    def _unknown_message(self, wanted: EnvId) -> str:
+        known = set(self._registrations)
+        index_ids = self.index.ids() if self.index else {}
+        lines = [f"no environment {str(wanted)!r} is registered."]
+        entry = self.index.envs.get(wanted.family) if self.index else None
+        if entry is not None:
+            installed = any(r.env_id.family == wanted.family for r in self._registrations.values())
+            if installed:
+                lines.append(f"Known versions of {wanted.family!r}: {entry.versions}.")
+            else:
+                lines.append(
+                    f"It is provided by the package {entry.package!r}, which is not installed: "
+                    f"pip install {entry.package}"
+                )
+        close = difflib.get_close_matches(str(wanted), sorted(known | set(index_ids)), n=3, cutoff=0.5)
+        if close:
+            lines.append(f"Did you mean: {', '.join(close)}?")
+        lines.append("Run `envhub list` to see every environment.")
+        return " ".join(lines)
+
+    def spec(self, env_id: str) -> EnvSpec:
+        """The spec `make(env_id)` would give, without building the environment."""
+        return self._spec(self.resolve(env_id), {}, None)
+
+    def make(self, env_id: str, *, max_turns: int | None = None, **kwargs: Any) -> Env:
+        """Build a fresh environment; keyword arguments go to its constructor."""
+        registration = self.resolve(env_id)
+        factory = self._load(registration)
+        env = factory(**{**registration.kwargs, **kwargs})
+        if not isinstance(env, Env):
+            raise TypeError(
+                f"{registration.entry_point_text} (from {registration.origin}) built a "
+                f"{type(env).__name__}, not an envhub.Env; point the entry point at an Env subclass"
+            )
+        turns = max_turns if max_turns is not None else registration.max_turns
+        if turns is not None:
+            if turns < 1:
+                raise ValueError(f"max_turns must be at least 1, got {turns}")
+            env.max_turns = turns
+        env.spec = self._spec(registration, kwargs, env.max_turns)
+        return env
+
+    def _spec(self, registration: Registration, kwargs: dict[str, Any], max_turns: int | None) -> EnvSpec:
+        entry = self.index.envs.get(registration.env_id.family) if self.index else None
+        return EnvSpec(
+            id=registration.id,
+            namespace=registration.env_id.namespace,
+            name=registration.env_id.name,
+            version=registration.env_id.version,
+            max_turns=max_turns,
+            kwargs={**registration.kwargs, **kwargs},
+            provenance=Provenance(
+                package=registration.package,
+                package_version=registration.package_version,
+                entry_point=registration.entry_point_text,
+                data_source=entry.data_source if entry else None,
+                default_sandbox=entry.default_sandbox if entry else None,
+            ),
+        )
+
+    def _load(self, registration: Registration) -> EnvFactory:
+        if not isinstance(registration.entry_point, str):
+            return registration.entry_point
+        module_name, _, attr = registration.entry_point.partition(":")
+        try:
+            target: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                target = getattr(target, part)
+        except Exception as exc:
+            raise PluginImportError(
+                f"environment {registration.id!r} from {registration.origin} could not be loaded from "
+                f"{registration.entry_point!r}: {type(exc).__name__}: {exc}\n"
+                f"The plugin's traceback:\n{traceback.format_exc()}"
+                "Fix or reinstall that plugin; other environments are unaffected."
+            ) from exc
+        if not callable(target):
+            raise PluginImportError(
+                f"{registration.entry_point!r} from {registration.origin} is not callable; "
+                "an entry point must name an Env subclass or a function returning an Env"
+            )
+        return target  # type: ignore[no-any-return]
+
+
+registry = Registry(default_index())
+
+
+def register(
+    env_id: str,
+    entry_point: str | EnvFactory,
+    *,
+    max_turns: int | None = None,
+    kwargs: dict[str, Any] | None = None,
+    override: bool = False,
+) -> Registration:
+    """Register an environment id in the shared registry (for code that is not a plugin package)."""
+    return registry.register(env_id, entry_point, max_turns=max_turns, kwargs=kwargs, override=override)
+
+
+def make(env_id: str, *, max_turns: int | None = None, **kwargs: Any) -> Env:
+    """Build the environment `env_id` names, e.g. `envhub.make("arithmetic")`."""
+    return registry.make(env_id, max_turns=max_turns, **kwargs)
+
+
+def spec(env_id: str) -> EnvSpec:
+    return registry.spec(env_id)
