@@ -1,0 +1,5 @@
+"""The `envhub` command line: one typer app, one module per group of commands."""
+
+from envhub.cli.app import app
+
+__all__ = ["app"]
