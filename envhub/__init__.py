@@ -62,6 +62,7 @@ __all__ = [
     "parse_env_id",
     "register",
     "registry",
+    "reward",
     "spec",
     "tool",
 ]

@@ -47,7 +47,8 @@ class EnvSpec(BaseModel):
     name: str
     version: int | None = None
     max_turns: int | None = None
-    kwargs: dict[str, Any] = Field(default_factory=dict)
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """The keyword arguments the environment was built with."""
     provenance: Provenance = Field(default_factory=Provenance)
 
 
@@ -65,7 +66,7 @@ class StepResult(NamedTuple):
 
 
 class MalformedAction(ValueError):
-    """An action that cannot be read as an assistant message; answered to the agent, never raised out of step."""
+    """An action that cannot be read as an assistant message; answered to the agent, never raised."""
 
 
 class EpisodeStateError(RuntimeError):
@@ -119,7 +120,7 @@ class Env(ABC):
 
     async def close(self) -> None:
         """Release what the environment holds (sandboxes, browsers, servers)."""
-        return None
+        return
 
     def reference_action(self, messages: list[Message]) -> Action | None:
         """The reference solution's next action given the conversation so far, if the env has one.

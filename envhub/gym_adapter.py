@@ -12,7 +12,7 @@ import asyncio
 import io
 import threading
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -46,7 +46,7 @@ class UnicodeText(spaces.Text):
 
 
 class GymnasiumEnv(gym.Env[Any, str]):
-    metadata = {"render_modes": ["ansi"]}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
 
     def __init__(
         self,
@@ -92,11 +92,15 @@ class GymnasiumEnv(gym.Env[Any, str]):
         result = _run(self.env.step(message))
         self.transcript.append(message)
         self.transcript.extend(result.observation)
-        return self._observe(result.observation), float(result.reward), result.terminated, result.truncated, (
-            result.info
+        return (
+            self._observe(result.observation),
+            float(result.reward),
+            result.terminated,
+            result.truncated,
+            (result.info),
         )
 
-    def render(self) -> str | None:  # type: ignore[override]
+    def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
         return "\n".join(f"[{m.role}] {render([m])}" for m in self.transcript)
@@ -123,5 +127,4 @@ class GymnasiumEnv(gym.Env[Any, str]):
         from PIL import Image
 
         with Image.open(io.BytesIO(images[-1].data)) as picture:
-            array = np.asarray(picture.convert("RGB").resize((width, height)), dtype=np.uint8)
-        return array
+            return np.asarray(picture.convert("RGB").resize((width, height)), dtype=np.uint8)

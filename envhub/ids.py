@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-ENV_ID_RE = re.compile(r"^(?:(?P<namespace>[\w.-]+)/)?(?P<name>[\w.-]+?)(?:-v(?P<version>\d+))?$")
+ENV_ID_RE = re.compile(r"^(?:(?P<namespace>[\w.-]+)/)?(?P<name>\w[\w.-]*?)(?:-v(?P<version>\d+))?$")
 
 
 class InvalidEnvId(ValueError):

@@ -10,14 +10,13 @@ from __future__ import annotations
 import functools
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from envhub.ids import parse_env_id
 
-SCHEMA_VERSION = 1
 _ENV_FIELDS = "package, entry_point, versions, description, default_sandbox, data_source, tags"
 
 
@@ -48,19 +47,17 @@ class IndexEntry(BaseModel):
         return self.versions[-1]
 
 
+def _unversioned(name: str) -> str:
+    if parse_env_id(name).version is not None:
+        raise ValueError("index keys are unversioned names; list the versions under `versions`")
+    return name
+
+
 class RegistryIndex(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: int = Field(alias="schema")
-    envs: dict[str, IndexEntry]
-
-    @field_validator("envs")
-    @classmethod
-    def _names_are_unversioned_ids(cls, envs: dict[str, IndexEntry]) -> dict[str, IndexEntry]:
-        for name in envs:
-            if parse_env_id(name).version is not None:
-                raise ValueError(f"{name!r}: index keys are unversioned names; list versions under it")
-        return envs
+    schema_version: Literal[1] = Field(alias="schema")
+    envs: dict[Annotated[str, AfterValidator(_unversioned)], IndexEntry]
 
     def ids(self) -> dict[str, IndexEntry]:
         """Every versioned id the index declares, e.g. `arithmetic-v0`."""
@@ -95,9 +92,7 @@ def load_index(path: Path) -> RegistryIndex:
         _key_lines(root, (), lines)
     data = yaml.safe_load(text)
     if not isinstance(data, dict):
-        raise RegistryIndexError(
-            f"{path}:1: the index must be a mapping with keys 'schema' and 'envs'"
-        )
+        raise RegistryIndexError(f"{path}:1: the index must be a mapping with keys 'schema' and 'envs'")
     try:
         return RegistryIndex.model_validate(data)
     except ValidationError as exc:

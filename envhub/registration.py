@@ -196,7 +196,7 @@ class Registry:
             name=registration.env_id.name,
             version=registration.env_id.version,
             max_turns=max_turns,
-            kwargs={**registration.kwargs, **kwargs},
+            env_kwargs={**registration.kwargs, **kwargs},
             provenance=Provenance(
                 package=registration.package,
                 package_version=registration.package_version,

@@ -10,7 +10,7 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -40,7 +40,11 @@ class ToolArgumentError(ValueError):
     """The agent called a tool with arguments that do not fit its signature; the message is for the agent."""
 
 
-def tool(func: F | None = None, *, name: str | None = None) -> Any:
+@overload
+def tool(func: F, /) -> F: ...
+@overload
+def tool(*, name: str | None = None) -> Callable[[F], F]: ...
+def tool(func: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
     """Mark a method (sync or async) of a `ToolEnv` as a tool the agent can call.
 
     Usable bare (`@envhub.tool`) or with a name override (`@envhub.tool(name="search")`).
@@ -81,7 +85,7 @@ class Tool:
                 param.annotation,
                 Field(default, description=param_docs.get(param.name)),
             )
-        self.arguments_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        self.arguments_model: type[BaseModel] = create_model(
             f"{self.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
         )
         schema = self.arguments_model.model_json_schema()
@@ -96,7 +100,9 @@ class Tool:
         try:
             raw = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
-            raise ToolArgumentError(f"arguments are not valid JSON ({exc.msg} at position {exc.pos})") from exc
+            raise ToolArgumentError(
+                f"arguments are not valid JSON ({exc.msg} at position {exc.pos})"
+            ) from exc
         if not isinstance(raw, dict):
             raise ToolArgumentError(f"arguments must be a JSON object, got {type(raw).__name__}")
         try:

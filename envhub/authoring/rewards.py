@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from envhub.messages import Message
 
@@ -19,13 +19,15 @@ _REWARD_MARK = "__envhub_reward__"
 AVAILABLE = ("answer", "messages")
 
 
-def reward(func: F | None = None, *, weight: float = 1.0) -> Any:
+@overload
+def reward(func: F, /) -> F: ...
+@overload
+def reward(*, weight: float = 1.0) -> Callable[[F], F]: ...
+def reward(func: F | None = None, /, *, weight: float = 1.0) -> F | Callable[[F], F]:
     """Mark a method as a reward component; usable bare or as `@reward(weight=0.5)`."""
 
     def mark(f: F) -> F:
-        unknown = [
-            name for name in list(inspect.signature(f).parameters)[1:] if name not in AVAILABLE
-        ]
+        unknown = [name for name in list(inspect.signature(f).parameters)[1:] if name not in AVAILABLE]
         if unknown:
             raise TypeError(
                 f"reward {f.__name__!r} asks for {unknown}; reward methods may only take {list(AVAILABLE)}"

@@ -1,0 +1,94 @@
+"""The gymnasium adapter passes gymnasium's own checker and speaks text (and images) both ways."""
+
+from __future__ import annotations
+
+import io
+import random
+import warnings
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+from PIL import Image
+
+import envhub
+from envhub.messages import ImagePart, TextPart
+
+BUILT_IN = sorted(envhub.registry.index.ids()) if envhub.registry.index else []
+
+
+@pytest.mark.parametrize("env_id", BUILT_IN)
+def test_gymnasium_checker_passes_on_every_built_in_env(env_id: str) -> None:
+    env = envhub.make(env_id).to_gymnasium()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env, skip_render_check=True)
+    assert [str(w.message) for w in caught] == []
+
+
+def test_text_actions_with_tool_call_blocks_reach_the_tools() -> None:
+    env = envhub.make("arithmetic").to_gymnasium(render_mode="ansi")
+    observation, info = env.reset(seed=4)
+    assert "What is the result?" in observation
+    assert {tool["function"]["name"] for tool in info["tools"]} == {"add", "subtract", "multiply"}
+    observation, reward, terminated, truncated, _ = env.step(
+        'thinking <tool_call>{"name": "add", "arguments": {"a": 40, "b": 2}}</tool_call>'
+    )
+    assert observation == "<tool_response>\n42\n</tool_response>"
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    transcript = env.render()
+    assert transcript is not None and '[assistant] thinking\n<tool_call>\n{"name": "add"' in transcript
+    env.close()
+    env.close()  # closing twice is allowed
+
+
+def test_broken_tool_call_block_is_answered_not_dropped() -> None:
+    env = envhub.make("arithmetic").to_gymnasium()
+    env.reset(seed=0)
+    observation, *_ = env.step("<tool_call>{not json</tool_call>")
+    assert "Error: unknown tool ''" in observation
+
+
+class Picture(envhub.SingleTurnEnv):
+    def setup(self, rng: random.Random) -> list[envhub.Message]:
+        self.colour = rng.choice(["red", "blue"])
+        buffer = io.BytesIO()
+        Image.new("RGB", (8, 6), self.colour).save(buffer, format="PNG")
+        image = ImagePart(data=buffer.getvalue())
+        return [envhub.Message(role="user", content=[TextPart(text="What colour?"), image])]
+
+    @envhub.reward
+    def right(self, answer: str) -> float:
+        return float(answer == self.colour)
+
+
+def test_image_observations_are_rgb_arrays_and_pass_the_checker() -> None:
+    env = Picture().to_gymnasium(image_shape=(6, 8))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env, skip_render_check=True)
+    assert [str(w.message) for w in caught] == []
+    observation, _ = env.reset(seed=0)
+    assert observation["text"] == "What colour?"
+    assert observation["image"].shape == (6, 8, 3) and observation["image"].dtype == np.uint8
+    expected = [255, 0, 0] if env.env.colour == "red" else [0, 0, 255]  # type: ignore[attr-defined]
+    assert observation["image"][0, 0].tolist() == expected
+    _, reward, terminated, _, _ = env.step(env.env.colour)  # type: ignore[attr-defined]
+    assert terminated and reward == 1.0
+
+
+def test_adapter_works_inside_a_running_event_loop() -> None:
+    """Notebooks run a loop already; the adapter must not try to nest one."""
+    import asyncio
+
+    async def inside() -> str:
+        env = envhub.make("countdown").to_gymnasium()
+        observation, _ = env.reset(seed=1)
+        return str(observation)
+
+    assert "write an expression" in asyncio.run(inside())
+
+
+def test_unsupported_render_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="render_mode must be None or 'ansi'"):
+        envhub.make("countdown").to_gymnasium(render_mode="human")
