@@ -93,6 +93,14 @@ def parse_action(action: Action) -> Message:
     return message
 
 
+def recorded_action(action: Action) -> Message:
+    """The action as history keeps it: the parsed message, or for a malformed one, what could be kept."""
+    try:
+        return parse_action(action)
+    except MalformedAction:
+        return Message(role="assistant", content=action if isinstance(action, str) else repr(action))
+
+
 class Env(ABC):
     """An environment an agent talks to, one episode at a time.
 

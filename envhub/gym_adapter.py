@@ -12,7 +12,7 @@ import asyncio
 import io
 import threading
 from collections.abc import Coroutine
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -46,7 +46,7 @@ class UnicodeText(spaces.Text):
 
 
 class GymnasiumEnv(gym.Env[Any, str]):
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"]}  # noqa: RUF012  (gymnasium declares it per instance)
 
     def __init__(
         self,

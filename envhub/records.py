@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envhub.core import Provenance
 from envhub.messages import Message
+from envhub.policies.base import TokenTrace
 
 ErrorKind = Literal["env_error", "policy_error", "timeout", "cancelled"]
 
@@ -26,6 +27,8 @@ class Turn(BaseModel):
     observation: list[Message]
     reward: float
     info: dict[str, Any] = Field(default_factory=dict)
+    tokens: TokenTrace | None = None
+    """The exact tokens of `action`, when the policy reported them."""
 
 
 class EpisodeError(BaseModel):

@@ -6,7 +6,6 @@ its arguments pass through can never disagree.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 from collections.abc import Callable
@@ -14,6 +13,8 @@ from typing import Any, TypeVar, overload
 
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from envhub.author_code import call_author_code
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -68,7 +69,6 @@ class Tool:
     def __init__(self, func: Callable[..., Any], *, name: str | None = None) -> None:
         self.func = func
         self.name = name or tool_name(func) or func.__name__
-        self.is_async = inspect.iscoroutinefunction(func)
         doc = docstring_parser.parse(inspect.getdoc(func) or "")
         param_docs = {p.arg_name: p.description for p in doc.params}
         fields: dict[str, Any] = {}
@@ -116,6 +116,4 @@ class Tool:
 
     async def __call__(self, arguments: dict[str, Any]) -> Any:
         """Run the tool; sync tools go to a worker thread so they never block the event loop."""
-        if self.is_async:
-            return await self.func(**arguments)
-        return await asyncio.to_thread(self.func, **arguments)
+        return await call_author_code(self.func, **arguments)

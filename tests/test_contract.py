@@ -250,3 +250,39 @@ def test_reward_with_unknown_parameter_is_refused_at_definition() -> None:
             @envhub.reward
             def bad(self, score: float) -> float:
                 return score
+
+
+async def test_async_setup_and_respond_are_awaited_on_the_loop() -> None:
+    class AsyncGuess(envhub.MultiTurnEnv):
+        async def setup(self, rng: random.Random) -> str:
+            await asyncio.sleep(0)
+            self.secret = rng.randint(1, 3)
+            return "Guess 1-3."
+
+        async def respond(self, text: str) -> str | envhub.Reply:
+            await asyncio.sleep(0)
+            return envhub.Reply(text="yes", done=True) if text == str(self.secret) else "no"
+
+    env = AsyncGuess()
+    observation, _ = await env.reset(seed=0)
+    assert observation[0].text == "Guess 1-3."
+    result = await env.step(str(env.secret))
+    assert result.terminated and result.observation[0].text == "yes"
+
+
+async def test_overriding_a_reward_without_the_mark_removes_it() -> None:
+    class Unscored(Echo):
+        def said_hi(self, answer: str) -> float:
+            return 5.0
+
+    env = Unscored()
+    await env.reset()
+    result = await env.step("hi")
+    assert result.info["reward_components"] == {} and result.reward == 0.0
+
+
+async def test_malformed_action_is_kept_in_history_for_rewards() -> None:
+    env = Calculator()
+    await env.reset(seed=0)
+    await env.step({"tool_calls": "not a list"})
+    assert env.messages[-2].role == "assistant" and "not a list" in env.messages[-2].text

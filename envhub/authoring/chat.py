@@ -7,13 +7,14 @@ components recorded) live in one place.
 
 from __future__ import annotations
 
-import asyncio
 import random
 from abc import abstractmethod
+from collections.abc import Awaitable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from envhub.author_code import call_author_code
 from envhub.authoring.rewards import score
 from envhub.core import (
     Action,
@@ -22,6 +23,7 @@ from envhub.core import (
     Observation,
     StepResult,
     parse_action,
+    recorded_action,
 )
 from envhub.core import Env as BaseEnv
 from envhub.messages import Message, system, user
@@ -60,8 +62,11 @@ class ChatEnv(BaseEnv):
         self._running = False
 
     @abstractmethod
-    def setup(self, rng: random.Random) -> str | list[Message]:
-        """Draw a task from `rng` and return the prompt (text, or messages for images)."""
+    def setup(self, rng: random.Random) -> str | list[Message] | Awaitable[str | list[Message]]:
+        """Draw a task from `rng` and return the prompt (text, or messages for images).
+
+        May be `async def` when setting up needs I/O (starting a sandbox, a server).
+        """
 
     @abstractmethod
     async def react(self, message: Message) -> Reaction:
@@ -77,7 +82,7 @@ class ChatEnv(BaseEnv):
             self.seed = self._seed_stream.getrandbits(63)
         self.options = dict(options or {})
         self.turn = 0
-        prompt = await asyncio.to_thread(self.setup, random.Random(self.seed))
+        prompt = await call_author_code(self.setup, random.Random(self.seed))
         observation = [user(prompt)] if isinstance(prompt, str) else list(prompt)
         if self.system_prompt:
             observation.insert(0, system(self.system_prompt))
@@ -96,7 +101,7 @@ class ChatEnv(BaseEnv):
         try:
             message = parse_action(action)
         except MalformedAction as exc:
-            self.messages.append(Message(role="assistant", content=action if isinstance(action, str) else ""))
+            self.messages.append(recorded_action(action))
             reaction = Reaction(observation=[user(f"Error: {exc}")])
             info["error"] = {"kind": "malformed_action", "message": str(exc)}
         else:

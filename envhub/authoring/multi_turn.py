@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from abc import abstractmethod
+from collections.abc import Awaitable
 
 from pydantic import BaseModel, ConfigDict
 
+from envhub.author_code import call_author_code
 from envhub.authoring.chat import ChatEnv, Reaction
 from envhub.messages import Message, user
 
@@ -25,11 +26,14 @@ class MultiTurnEnv(ChatEnv):
     """Authors implement `respond(text)`, returning the next user message or a `Reply`."""
 
     @abstractmethod
-    def respond(self, text: str) -> str | Reply:
-        """Answer the agent's message; return `Reply(done=True)` when the episode is over."""
+    def respond(self, text: str) -> str | Reply | Awaitable[str | Reply]:
+        """Answer the agent's message; return `Reply(done=True)` when the episode is over.
+
+        May be `async def` (a simulated user behind a model server, say).
+        """
 
     async def react(self, message: Message) -> Reaction:
-        reply = await asyncio.to_thread(self.respond, message.text)
+        reply = await call_author_code(self.respond, message.text)
         if isinstance(reply, str):
             reply = Reply(text=reply)
         observation = [user(reply.text)] if reply.text is not None else []

@@ -6,11 +6,11 @@ Each reward method asks for what it needs by parameter name (`answer`, `messages
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
+from envhub.author_code import call_author_code
 from envhub.messages import Message
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -24,7 +24,7 @@ def reward(func: F, /) -> F: ...
 @overload
 def reward(*, weight: float = 1.0) -> Callable[[F], F]: ...
 def reward(func: F | None = None, /, *, weight: float = 1.0) -> F | Callable[[F], F]:
-    """Mark a method as a reward component; usable bare or as `@reward(weight=0.5)`."""
+    """Mark a method (sync or async) as a reward component; usable bare or as `@reward(weight=0.5)`."""
 
     def mark(f: F) -> F:
         unknown = [name for name in list(inspect.signature(f).parameters)[1:] if name not in AVAILABLE]
@@ -41,10 +41,11 @@ def reward(func: F | None = None, /, *, weight: float = 1.0) -> F | Callable[[F]
 def reward_methods(obj: object) -> dict[str, tuple[Callable[..., Any], float]]:
     """The bound reward methods of an environment, by name, with their weights."""
     found: dict[str, tuple[Callable[..., Any], float]] = {}
-    for cls in reversed(type(obj).__mro__):
-        for name, attr in vars(cls).items():
-            if hasattr(attr, _REWARD_MARK):
-                found[name] = (getattr(obj, name), getattr(attr, _REWARD_MARK))
+    names = dict.fromkeys(name for cls in reversed(type(obj).__mro__) for name in vars(cls))
+    for name in names:
+        attr = getattr(type(obj), name)  # the most derived definition: overriding unmarked disables it
+        if hasattr(attr, _REWARD_MARK):
+            found[name] = (getattr(obj, name), getattr(attr, _REWARD_MARK))
     return found
 
 
@@ -55,10 +56,7 @@ async def score(obj: object, *, answer: str, messages: list[Message]) -> tuple[f
     total = 0.0
     for name, (method, weight) in reward_methods(obj).items():
         kwargs = {p: available[p] for p in inspect.signature(method).parameters}
-        if inspect.iscoroutinefunction(method):
-            value = await method(**kwargs)
-        else:
-            value = await asyncio.to_thread(method, **kwargs)
+        value = await call_author_code(method, **kwargs)
         components[name] = float(value)
         total += weight * float(value)
     return total, components

@@ -20,6 +20,7 @@ from envhub.policies import SPECS, load_policy
 from envhub.records import Episode
 from envhub.registration import DuplicateEnvError, PluginImportError, UnknownEnvError, registry
 from envhub.rollout import run_batch, run_episode, summarize, summary_table
+from envhub.scaffold import create_plugin
 
 app = typer.Typer(
     help="envhub: hermetic multi-turn environments for RL post-training of LLM agents.",
@@ -79,7 +80,9 @@ def catalog() -> list[dict[str, Any]]:
 
 
 @app.command("list")
-def list_envs(as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False) -> None:
+def list_envs(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
     """List every environment: installed plugins and the hub's index."""
     rows = catalog()
     if as_json:
@@ -90,7 +93,9 @@ def list_envs(as_json: Annotated[bool, typer.Option("--json", help="Print JSON i
     for column in ("installed", "package", "sandbox", "tags", "description"):
         table.add_column(column)
     for row in rows:
-        installed = "[red]conflict[/]" if row.get("conflict") else ("yes" if row["installed"] else "[dim]no[/]")
+        installed = "yes" if row["installed"] else "[dim]no[/]"
+        if row.get("conflict"):
+            installed = "[red]conflict[/]"
         table.add_row(
             row["id"],
             installed,
@@ -136,7 +141,9 @@ def info(env_id: str) -> None:
 def play(
     env_id: str,
     policy: Annotated[str, typer.Option(help=f"Who plays: {SPECS}.")] = "human",
-    seed: Annotated[int | None, typer.Option(help="Episode seed; the same seed gives the same episode.")] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Episode seed; the same seed gives the same episode.")
+    ] = None,
     kwarg: Annotated[list[str] | None, typer.Option(help="Env option KEY=VALUE (repeatable).")] = None,
 ) -> None:
     """Play one episode, printed turn by turn: yourself (the default) or with a scripted policy."""
@@ -218,6 +225,32 @@ def rollout(
     console.print(summary_table(summarize(batch, wall_seconds=wall)))
     if out is not None:
         console.print(f"episodes written to {out}")
+
+
+@app.command()
+def new(
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="The environment's name: lowercase words joined by hyphens.")
+    ],
+    dest: Annotated[Path, typer.Option(help="Folder to create the package envhub-NAME in.")] = Path("."),
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite the generated files of an existing package.")
+    ] = False,
+) -> None:
+    """Create a plugin package for a new environment: a working example, its entry point and its test."""
+    try:
+        plugin = create_plugin(name, dest, force=force)
+    except (ValueError, OSError) as exc:
+        raise fail(exc) from exc
+    lines = [
+        f"Created {plugin.names.package} ({plugin.names.env_id}) in {plugin.root}:",
+        *(f"  {path.relative_to(plugin.root)}" for path in plugin.files),
+        "Next:",
+        f"  pip install -e {plugin.root}",
+        f"  pytest {plugin.root}",
+    ]
+    for line in lines:  # soft-wrapped, so that long paths stay copy-pasteable
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def main() -> None:

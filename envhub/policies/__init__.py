@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envhub.policies.base import Policy
+from envhub.policies.base import Generation, Policy, TokenTrace
 from envhub.policies.human import HumanPolicy
 from envhub.policies.oracle import OraclePolicy, OraclePolicyError
 from envhub.policies.random import RandomPolicy
@@ -31,11 +31,13 @@ def load_policy(spec: str) -> Policy:
 
 
 __all__ = [
+    "Generation",
     "HumanPolicy",
     "OraclePolicy",
     "OraclePolicyError",
     "Policy",
     "RandomPolicy",
     "ScriptedPolicy",
+    "TokenTrace",
     "load_policy",
 ]

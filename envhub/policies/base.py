@@ -1,12 +1,42 @@
-"""The policy interface: messages and tool specs in, an assistant action out."""
+"""The policy interface: messages and tool specs in, an assistant action out (with tokens, if known)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from envhub.core import Action, Env
 from envhub.messages import Message
 from envhub.tools import ToolSpec
+
+
+class TokenTrace(BaseModel):
+    """The exact tokens behind one assistant turn, for training on what was really sampled.
+
+    `prompt_token_ids` is the whole context the model saw this turn (chat template applied);
+    the loss mask of a turn is 1 on `completion_token_ids` and 0 on the prompt.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] = Field(default_factory=list)
+    completion_logprobs: list[float] | None = None
+    finish_reason: str | None = None
+    sample_break: str | None = None
+    """Why this turn's prompt did not extend the previous turn's tokens, when it did not (token drift):
+    the trainer must start a new sample here instead of concatenating."""
+
+
+class Generation(BaseModel):
+    """What a model-backed policy returns: the message, and the tokens behind it when it has them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    message: Message
+    tokens: TokenTrace | None = None
+    model: str | None = None
 
 
 class Policy(ABC):
@@ -15,9 +45,16 @@ class Policy(ABC):
     name: str = "policy"
 
     @abstractmethod
-    async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Action:
+    async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Action | Generation:
         """The next action given the whole conversation so far."""
 
     def for_episode(self, env: Env) -> Policy:
-        """The policy to use for one episode of `env`; policies that need the env itself bind it here."""
+        """The policy to use for one episode of `env`; policies that need the env itself bind it here.
+
+        Policies that keep per-episode state (a script position, the previous turn's tokens) return a
+        fresh copy here, so concurrent episodes never share it.
+        """
         return self
+
+    async def close(self) -> None:  # noqa: B027  (an optional hook, not abstract)
+        """Release connections or models the policy holds."""

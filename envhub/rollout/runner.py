@@ -11,19 +11,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from envhub.core import Action, Env, MalformedAction, parse_action
+from envhub.core import Env, recorded_action
 from envhub.messages import Message
-from envhub.policies.base import Policy
+from envhub.policies.base import Generation, Policy
 from envhub.records import Episode, EpisodeError, Turn
 from envhub.registration import make
-
-
-def _recorded_action(action: Action) -> Message:
-    """The action as stored: the parsed message, or for a malformed one, what could be kept of it."""
-    try:
-        return parse_action(action)
-    except MalformedAction:
-        return Message(role="assistant", content=action if isinstance(action, str) else repr(action))
 
 
 def _describe(exc: BaseException) -> str:
@@ -67,16 +59,17 @@ async def run_episode(
     error: EpisodeError | None = None
     while not (terminated or truncated):
         try:
-            action = await player.act(messages, env.tools)
+            output = await player.act(messages, env.tools)
         except Exception as exc:
             error = EpisodeError(kind="policy_error", message=_describe(exc))
             break
+        action, tokens = (output.message, output.tokens) if isinstance(output, Generation) else (output, None)
         try:
             result = await env.step(action)
         except Exception as exc:
             error = EpisodeError(kind="env_error", message=_describe(exc))
             break
-        recorded = _recorded_action(action)
+        recorded = recorded_action(action)
         show([recorded, *result.observation])
         messages.append(recorded)
         messages.extend(result.observation)
@@ -89,6 +82,7 @@ async def run_episode(
                 observation=result.observation,
                 reward=result.reward,
                 info=result.info,
+                tokens=tokens,
             )
         )
     return Episode(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import envhub
@@ -49,9 +50,9 @@ class GuessNumber(envhub.MultiTurnEnv):
     def reference_action(self, messages: list[Message]) -> envhub.Action:
         """Binary search, reading the bounds back from the feedback in the conversation."""
         low, high = self.low, self.high
-        for guess_message, feedback in zip(messages[1::2], messages[2::2], strict=False):
+        for guess_message, feedback in itertools.pairwise(messages):
             guess = last_integer(guess_message.text)
-            if guess is None:
+            if guess_message.role != "assistant" or guess is None:
                 continue
             if feedback.text == "higher":
                 low = max(low, guess + 1)
