@@ -6,6 +6,7 @@ rollout store without a second definition.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -14,7 +15,16 @@ from envhub.core import Provenance
 from envhub.messages import Message
 from envhub.policies.base import TokenTrace
 
-ErrorKind = Literal["env_error", "policy_error", "timeout", "cancelled"]
+ErrorKind = Literal["env_error", "policy_error", "timeout", "cutoff"]
+"""`timeout`: one policy call or env step took longer than the step timeout (retried as infrastructure);
+`cutoff`: the episode or batch time budget ran out (recorded as truncated, not retried)."""
+
+RETRYABLE: frozenset[ErrorKind] = frozenset({"env_error", "policy_error", "timeout"})
+
+
+def episode_id(index: int) -> str:
+    """Episode ids are the zero-padded index in the batch, so they sort and resume deterministically."""
+    return f"{index:06d}"
 
 
 class Turn(BaseModel):
@@ -49,6 +59,7 @@ class Episode(BaseModel):
     provenance: Provenance = Field(default_factory=Provenance)
     seed: int | None = None
     policy: str
+    policy_info: dict[str, Any] = Field(default_factory=dict)
     prompt: list[Message]
     turns: list[Turn] = Field(default_factory=list)
     reward: float = 0.0
@@ -57,7 +68,21 @@ class Episode(BaseModel):
     terminated: bool = False
     truncated: bool = False
     error: EpisodeError | None = None
+    attempts: int = 1
+    """How many times the episode was run: more than one after infrastructure errors were retried."""
+    started_at: datetime | None = None
     wall_seconds: float = 0.0
+    isolation: dict[str, Any] | None = None
+    """The sandbox's isolation report: which parts of the policy were enforced, and how."""
+
+    @property
+    def ending(self) -> Literal["error", "terminated", "truncated", "unfinished"]:
+        """How the episode ended, in one word; an infrastructure error outranks the env's own ending."""
+        if self.error is not None:
+            return "error"
+        if self.terminated:
+            return "terminated"
+        return "truncated" if self.truncated else "unfinished"
 
     @property
     def messages(self) -> list[Message]:
@@ -67,3 +92,46 @@ class Episode(BaseModel):
             out.append(turn.action)
             out.extend(turn.observation)
         return out
+
+
+class TokenSample(BaseModel):
+    """One trainable token sequence: consecutive turns whose prompts extend each other exactly."""
+
+    model_config = ConfigDict(frozen=True)
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    """1 on tokens the policy sampled, 0 on prompt and environment tokens."""
+    logprobs: list[float]
+    """The behaviour policy's logprob of each sampled token; 0.0 where the mask is 0."""
+
+
+def token_samples(turns: list[Turn]) -> list[TokenSample]:
+    """Join the turns' token traces into as few sequences as token drift allows.
+
+    A turn continues the current sequence only if its prompt starts with every token of that sequence
+    and the policy reported no `sample_break`; otherwise a new sequence begins at that turn. Turns
+    without prompt token ids cannot be placed and end the episode's samples.
+    """
+    samples: list[TokenSample] = []
+    ids: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float] = []
+    for turn in turns:
+        trace = turn.tokens
+        if trace is None or trace.prompt_token_ids is None:
+            break
+        prompt = trace.prompt_token_ids
+        extends = bool(ids) and trace.sample_break is None and prompt[: len(ids)] == ids
+        if ids and not extends:
+            samples.append(TokenSample(token_ids=ids, loss_mask=mask, logprobs=logprobs))
+            ids, mask, logprobs = [], [], []
+        new_context = prompt[len(ids) :]
+        completion = trace.completion_token_ids
+        sampled = trace.completion_logprobs or [0.0] * len(completion)
+        ids = [*ids, *new_context, *completion]
+        mask = [*mask, *([0] * len(new_context)), *([1] * len(completion))]
+        logprobs = [*logprobs, *([0.0] * len(new_context)), *sampled]
+    if ids:
+        samples.append(TokenSample(token_ids=ids, loss_mask=mask, logprobs=logprobs))
+    return samples

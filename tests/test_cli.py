@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from envhub.cli import app
-from envhub.records import Episode
+from envhub.store import read_episodes
 
 runner = CliRunner()
 
@@ -57,17 +57,65 @@ def test_play_as_human_reads_stdin() -> None:
     assert "Correct!" in result.output
 
 
-def test_rollout_prints_summary_and_writes_records(tmp_path: Path) -> None:
-    out = tmp_path / "episodes.jsonl"
+def test_rollout_prints_summary_and_writes_a_batch(tmp_path: Path) -> None:
+    out = tmp_path / "batch"
     result = runner.invoke(
         app,
-        ["rollout", "countdown", "--episodes", "6", "--concurrency", "3", "--out", str(out)],
+        [
+            "rollout",
+            "countdown",
+            "--episodes",
+            "6",
+            "--concurrency",
+            "3",
+            "--out",
+            str(out),
+            "--shard-size",
+            "4",
+        ],
         env={"COLUMNS": "120"},
     )
     assert result.exit_code == 0, result.output
     assert "solved (return ≥ 1)" in result.output and "100.0%" in result.output
-    episodes = [Episode.model_validate_json(line) for line in out.read_text().splitlines()]
-    assert len(episodes) == 6 and all(e.reward == 1.0 for e in episodes)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json",
+        "shard-00000.parquet",
+        "shard-00001.parquet",
+    ]
+    episodes = read_episodes(out)
+    assert [e.episode_id for e in episodes] == [f"{i:06d}" for i in range(6)]
+    assert all(e.reward == 1.0 for e in episodes)
+
+
+def test_rollout_refuses_to_overwrite_and_resumes_to_a_larger_batch(tmp_path: Path) -> None:
+    out = tmp_path / "batch"
+    args = ["rollout", "guess-number", "--policy", "random:1", "--out", str(out)]
+    assert runner.invoke(app, [*args, "--episodes", "3"]).exit_code == 0
+    again = runner.invoke(app, [*args, "--episodes", "5"])
+    assert again.exit_code == 2 and "pass --resume to complete it" in again.output
+    other = runner.invoke(app, [*args, "--episodes", "5", "--resume", "--seed", "9"])
+    assert other.exit_code == 2 and "seed: stored 0, asked 9" in other.output
+    resumed = runner.invoke(app, [*args, "--episodes", "5", "--resume"], env={"COLUMNS": "120"})
+    assert resumed.exit_code == 0, resumed.output
+    assert "this run: 2" in resumed.output
+    assert [e.episode_id for e in read_episodes(out)] == [f"{i:06d}" for i in range(5)]
+
+
+def test_show_summarizes_prints_an_episode_and_writes_html(tmp_path: Path) -> None:
+    out = tmp_path / "batch"
+    runner.invoke(app, ["rollout", "arithmetic", "--episodes", "4", "--out", str(out)])
+    summary = runner.invoke(app, ["show", str(out)], env={"COLUMNS": "120"})
+    assert summary.exit_code == 0 and "4 of 4 episodes (complete)" in summary.output
+    one = runner.invoke(app, ["show", str(out), "--episode", "2"], env={"COLUMNS": "120"})
+    assert one.exit_code == 0 and "episode 000002" in one.output
+    assert "<tool_call>" in one.output and "<tool_response>" in one.output
+    report = tmp_path / "report.html"
+    assert runner.invoke(app, ["show", str(out), "--html", str(report)]).exit_code == 0
+    assert "000003" in report.read_text()
+    missing = runner.invoke(app, ["show", str(out), "--episode", "99"])
+    assert missing.exit_code == 2 and "no episode '99'" in missing.output
+    nothing = runner.invoke(app, ["show", str(tmp_path)])
+    assert nothing.exit_code == 2 and "holds no envhub batch" in nothing.output
 
 
 def test_rollout_bad_kwarg_and_bad_option_are_explained() -> None:

@@ -13,7 +13,7 @@ from envhub.rollout import run_batch, run_episode, summarize
 
 
 async def test_oracle_batch_is_complete_seeded_and_solved() -> None:
-    episodes = await run_batch("arithmetic", OraclePolicy(), episodes=12, concurrency=4, seed=100)
+    episodes = (await run_batch("arithmetic", OraclePolicy(), episodes=12, seed=100)).episodes
     assert [e.episode_id for e in episodes] == [f"{i:06d}" for i in range(12)]
     assert [e.seed for e in episodes] == list(range(100, 112))
     assert all(e.reward == 1.0 and e.terminated and e.error is None for e in episodes)
@@ -24,8 +24,8 @@ async def test_oracle_batch_is_complete_seeded_and_solved() -> None:
 
 
 async def test_same_seed_gives_identical_records() -> None:
-    a = await run_batch("guess-number", RandomPolicy(seed=3), episodes=4, concurrency=1, seed=7)
-    b = await run_batch("guess-number", RandomPolicy(seed=3), episodes=4, concurrency=1, seed=7)
+    a = (await run_batch("guess-number", RandomPolicy(seed=3), episodes=4, seed=7)).episodes
+    b = (await run_batch("guess-number", RandomPolicy(seed=3), episodes=4, seed=7)).episodes
     assert [e.messages for e in a] == [e.messages for e in b]
 
 

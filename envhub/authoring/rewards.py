@@ -7,6 +7,7 @@ Each reward method asks for what it needs by parameter name (`answer`, `messages
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
@@ -56,7 +57,9 @@ async def score(obj: object, *, answer: str, messages: list[Message]) -> tuple[f
     total = 0.0
     for name, (method, weight) in reward_methods(obj).items():
         kwargs = {p: available[p] for p in inspect.signature(method).parameters}
-        value = await call_author_code(method, **kwargs)
-        components[name] = float(value)
-        total += weight * float(value)
+        value = float(await call_author_code(method, **kwargs))
+        if not math.isfinite(value):
+            raise ValueError(f"reward {name!r} returned {value}; rewards must be finite numbers")
+        components[name] = value
+        total += weight * value
     return total, components

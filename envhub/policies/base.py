@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -47,6 +48,10 @@ class Policy(ABC):
     @abstractmethod
     async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Action | Generation:
         """The next action given the whole conversation so far."""
+
+    def info(self) -> dict[str, Any]:
+        """What to record about the policy with every episode (model, server, sampling settings)."""
+        return {"name": self.name}
 
     def for_episode(self, env: Env) -> Policy:
         """The policy to use for one episode of `env`; policies that need the env itself bind it here.

@@ -1,25 +1,82 @@
 """Runs episodes: one env and one policy talking until the episode ends, many episodes at once.
 
 The agent's mistakes are part of the episode (the env answers them); only failures of the machinery
-(the env or the policy raising) end an episode early, and they are recorded, never lost.
+(the env or the policy raising, or hanging past the step timeout) end an episode early. Those are
+recorded, never lost, and retried a bounded number of times with a fresh environment; the agent's own
+failures are never retried.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from envhub.core import Env, recorded_action
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
-from envhub.records import Episode, EpisodeError, Turn
+from envhub.records import RETRYABLE, Episode, EpisodeError, ErrorKind, Turn, episode_id
 from envhub.registration import make
 
+T = TypeVar("T")
 
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+
+class RolloutLimits(BaseModel):
+    """How long and how wide a batch may run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    concurrency: int = Field(8, ge=1)
+    """Episodes in flight at once."""
+    backend_concurrency: dict[str, int] = Field(default_factory=dict)
+    """Caps per sandbox backend (e.g. {"docker": 4}), on top of `concurrency`."""
+    step_timeout: float | None = Field(None, gt=0)
+    """Seconds one policy call or one env step may take before it counts as an infrastructure failure."""
+    episode_timeout: float | None = Field(None, gt=0)
+    """Seconds one episode may take; then it is cut off and recorded as truncated."""
+    time_budget: float | None = Field(None, gt=0)
+    """Seconds for the whole batch: in-flight stragglers are then cut off and recorded as truncated,
+    and episodes not yet started are left for `--resume`."""
+    retries: int = Field(1, ge=0)
+    """Extra attempts for an episode that failed for infrastructure reasons."""
+
+
+class _Stopped(Exception):
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """The step timeout and the deadline of one episode, applied to each call that may hang."""
+
+    step_timeout: float | None
+    deadline: float | None
+    deadline_reason: str
+
+    async def run(self, awaitable: Awaitable[T], what: str) -> T:
+        """Await with the tighter of the two limits, saying which one ran out."""
+        loop = asyncio.get_running_loop()
+        left = None if self.deadline is None else self.deadline - loop.time()
+        limits = [t for t in (self.step_timeout, left) if t is not None]
+        if not limits:
+            return await awaitable
+        try:
+            async with asyncio.timeout(max(min(limits), 0)):
+                return await awaitable
+        except TimeoutError:
+            if left is not None and (self.step_timeout is None or left <= self.step_timeout):
+                raise _Stopped("cutoff", f"{self.deadline_reason} ran out during the {what}") from None
+            raise _Stopped(
+                "timeout", f"the {what} took longer than the step timeout ({self.step_timeout:g} s)"
+            ) from None
 
 
 async def run_episode(
@@ -28,14 +85,18 @@ async def run_episode(
     *,
     seed: int | None = None,
     episode_id: str = "0",
+    step_timeout: float | None = None,
+    deadline: float | None = None,
+    deadline_reason: str = "the time budget",
     on_messages: Callable[[list[Message]], None] | None = None,
 ) -> Episode:
     """Play one episode of `env` with `policy` and return its full record.
 
+    `deadline` is an event-loop time after which the episode is cut off and recorded as truncated.
     `on_messages` sees every message as it happens (prompt, action, answer): `envhub play` prints them.
     """
     show = on_messages or (lambda messages: None)
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), datetime.now(UTC)
     spec = env.spec
     base: dict[str, Any] = {
         "episode_id": episode_id,
@@ -43,9 +104,15 @@ async def run_episode(
         "env_version": spec.version if spec else None,
         "provenance": spec.provenance if spec else {},
         "policy": policy.name,
+        "policy_info": policy.info(),
+        "started_at": started_at,
     }
+    limits = _Limits(step_timeout, deadline, deadline_reason)
     try:
-        observation, info = await env.reset(seed=seed)
+        observation, info = await limits.run(env.reset(seed=seed), "env reset")
+    except _Stopped as stop:
+        failure = EpisodeError(kind=stop.kind, message=str(stop))
+        return Episode(**base, seed=seed, prompt=[], truncated=stop.kind == "cutoff", error=failure)
     except Exception as exc:
         return Episode(
             **base, seed=seed, prompt=[], error=EpisodeError(kind="env_error", message=_describe(exc))
@@ -58,16 +125,22 @@ async def run_episode(
     terminated = truncated = False
     error: EpisodeError | None = None
     while not (terminated or truncated):
+        stage = "policy"
         try:
-            output = await player.act(messages, env.tools)
-        except Exception as exc:
-            error = EpisodeError(kind="policy_error", message=_describe(exc))
+            output = await limits.run(player.act(messages, env.tools), "policy call")
+            action, tokens = (
+                (output.message, output.tokens) if isinstance(output, Generation) else (output, None)
+            )
+            stage = "env"
+            result = await limits.run(env.step(action), "env step")
+        except _Stopped as stop:
+            error = EpisodeError(kind=stop.kind, message=str(stop))
+            truncated = stop.kind == "cutoff"
             break
-        action, tokens = (output.message, output.tokens) if isinstance(output, Generation) else (output, None)
-        try:
-            result = await env.step(action)
         except Exception as exc:
-            error = EpisodeError(kind="env_error", message=_describe(exc))
+            error = EpisodeError(
+                kind="policy_error" if stage == "policy" else "env_error", message=_describe(exc)
+            )
             break
         recorded = recorded_action(action)
         show([recorded, *result.observation])
@@ -96,43 +169,108 @@ async def run_episode(
         truncated=truncated,
         error=error,
         wall_seconds=time.perf_counter() - started,
+        isolation=info.get("isolation"),
     )
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class BatchResult(BaseModel):
+    episodes: list[Episode]
+    not_started: list[int] = Field(default_factory=list)
+    """Indices left unrun because the time budget ran out; `--resume` runs them."""
+    wall_seconds: float
 
 
 async def run_batch(
     env_id: str,
     policy: Policy,
     *,
-    episodes: int,
-    concurrency: int = 8,
+    episodes: int | Iterable[int],
     seed: int | None = 0,
+    limits: RolloutLimits | None = None,
     env_kwargs: dict[str, Any] | None = None,
     on_episode: Callable[[Episode], None] | None = None,
-) -> list[Episode]:
-    """Play `episodes` episodes with at most `concurrency` at once; episode i uses seed `seed + i`.
+) -> BatchResult:
+    """Play episodes (a count, or the indices still to run); episode i uses seed `seed + i`.
 
     Each worker owns one environment and resets it between episodes, so expensive setup (a sandbox,
-    a browser) is paid once per worker, not once per episode.
+    a browser) is paid once per worker. After an infrastructure failure the worker closes that
+    environment and makes a fresh one, since a crashed sandbox must not be reused.
     """
-    if episodes < 0 or concurrency < 1:
-        raise ValueError(f"need episodes >= 0 and concurrency >= 1, got {episodes} and {concurrency}")
+    limits = limits or RolloutLimits()
+    indices = list(range(episodes)) if isinstance(episodes, int) else list(episodes)
     pending: asyncio.Queue[int] = asyncio.Queue()
-    for index in range(episodes):
+    for index in indices:
         pending.put_nowait(index)
+    loop = asyncio.get_running_loop()
+    started = time.perf_counter()
+    budget_deadline = None if limits.time_budget is None else loop.time() + limits.time_budget
+    backend_slots: dict[str, asyncio.Semaphore] = {
+        name: asyncio.Semaphore(n) for name, n in limits.backend_concurrency.items()
+    }
     done: list[Episode] = []
 
+    def deadline_for_episode() -> tuple[float | None, str]:
+        episode_deadline = None if limits.episode_timeout is None else loop.time() + limits.episode_timeout
+        if budget_deadline is not None and (episode_deadline is None or budget_deadline < episode_deadline):
+            return budget_deadline, f"the batch time budget ({limits.time_budget:g} s)"
+        return episode_deadline, f"the episode timeout ({limits.episode_timeout} s)"
+
+    async def play(env: Env, index: int) -> Episode:
+        deadline, reason = deadline_for_episode()
+        return await run_episode(
+            env,
+            policy,
+            seed=None if seed is None else seed + index,
+            episode_id=episode_id(index),
+            step_timeout=limits.step_timeout,
+            deadline=deadline,
+            deadline_reason=reason,
+        )
+
     async def worker() -> None:
-        async with make(env_id, **(env_kwargs or {})) as env:
+        env: Env | None = None
+        try:
             while not pending.empty():
+                if budget_deadline is not None and loop.time() >= budget_deadline:
+                    return
                 index = pending.get_nowait()
-                episode = await run_episode(
-                    env, policy, seed=None if seed is None else seed + index, episode_id=f"{index:06d}"
-                )
+                for attempt in range(1, limits.retries + 2):
+                    env = env or make(env_id, **(env_kwargs or {}))
+                    backend = (env.spec.provenance.default_sandbox if env.spec else None) or "none"
+                    slot = backend_slots.get(backend)
+                    if slot is None:
+                        episode = await play(env, index)
+                    else:
+                        async with slot:
+                            episode = await play(env, index)
+                    episode = episode.model_copy(update={"attempts": attempt})
+                    if episode.error is None or episode.error.kind not in RETRYABLE:
+                        break
+                    await _close_quietly(env)  # a crashed sandbox or browser must not serve the retry
+                    env = None
                 done.append(episode)
                 if on_episode is not None:
                     on_episode(episode)
+        finally:
+            if env is not None:
+                await _close_quietly(env)
 
     async with asyncio.TaskGroup() as group:
-        for _ in range(min(concurrency, max(episodes, 1))):
+        for _ in range(min(limits.concurrency, max(len(indices), 1))):
             group.create_task(worker())
-    return sorted(done, key=lambda e: e.episode_id)
+    not_started = sorted(pending.get_nowait() for _ in range(pending.qsize()))
+    return BatchResult(
+        episodes=sorted(done, key=lambda e: e.episode_id),
+        not_started=not_started,
+        wall_seconds=time.perf_counter() - started,
+    )
+
+
+async def _close_quietly(env: Env) -> None:
+    """Close an env whose episode failed; its own close failing must not hide the original error."""
+    with contextlib.suppress(Exception):  # the episode's own error is already recorded
+        await env.close()

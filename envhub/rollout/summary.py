@@ -23,14 +23,17 @@ class BatchSummary(BaseModel):
     truncated: int
     errors: dict[str, int]
     components: dict[str, float]
-    wall_seconds: float
+    wall_seconds: float | None
+    """The batch's wall time when it is known (a live run); None for a batch read back from disk."""
 
     @property
-    def episodes_per_second(self) -> float:
-        return self.episodes / self.wall_seconds if self.wall_seconds > 0 else 0.0
+    def episodes_per_second(self) -> float | None:
+        if self.wall_seconds is None or self.wall_seconds <= 0:
+            return None
+        return self.episodes / self.wall_seconds
 
 
-def summarize(episodes: list[Episode], *, wall_seconds: float) -> BatchSummary:
+def summarize(episodes: list[Episode], *, wall_seconds: float | None = None) -> BatchSummary:
     if not episodes:
         raise ValueError("no episodes to summarize")
     rewards = [e.reward for e in episodes]
@@ -64,9 +67,12 @@ def summary_table(summary: BatchSummary) -> Table:
         ("truncated", f"{summary.truncated}"),
         ("errors", ", ".join(f"{k}: {v}" for k, v in summary.errors.items()) or "0"),
         *((f"component · {name}", f"{value:.3f}") for name, value in summary.components.items()),
-        ("wall time", f"{summary.wall_seconds:.2f} s"),
-        ("episodes / s", f"{summary.episodes_per_second:.1f}"),
     ]
+    if summary.wall_seconds is not None and summary.episodes_per_second is not None:
+        rows += [
+            ("wall time", f"{summary.wall_seconds:.2f} s"),
+            ("episodes / s", f"{summary.episodes_per_second:.1f}"),
+        ]
     for row in rows:
         table.add_row(*row)
     return table

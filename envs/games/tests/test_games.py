@@ -17,7 +17,7 @@ GAMES = ["arithmetic-v0", "guess-number-v0", "countdown-v0"]
 
 @pytest.mark.parametrize("env_id", GAMES)
 async def test_oracle_solves_every_seed(env_id: str) -> None:
-    episodes = await run_batch(env_id, OraclePolicy(), episodes=200, concurrency=8, seed=0)
+    episodes = (await run_batch(env_id, OraclePolicy(), episodes=200, seed=0)).episodes
     assert [e.reward for e in episodes] == [1.0] * 200
     assert all(e.terminated and not e.truncated for e in episodes)
 
@@ -35,7 +35,7 @@ async def test_same_seed_same_episode_and_seeds_vary(env_id: str) -> None:
 
 @pytest.mark.parametrize("env_id", GAMES)
 async def test_random_policy_scores_below_the_oracle(env_id: str) -> None:
-    episodes = await run_batch(env_id, RandomPolicy(seed=0), episodes=50, concurrency=4, seed=0)
+    episodes = (await run_batch(env_id, RandomPolicy(seed=0), episodes=50, seed=0)).episodes
     assert sum(e.reward for e in episodes) / len(episodes) < 0.2
     assert all(e.error is None for e in episodes)
 
