@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import RunPython
+from tests.conftest import RunPython
 
 
 def test_installed_plugin_is_discovered_and_made(run_python: RunPython) -> None:

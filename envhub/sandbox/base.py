@@ -1,0 +1,185 @@
+"""The `Sandbox` contract every backend keeps, and the result of running a command in one."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath
+from types import TracebackType
+from typing import TYPE_CHECKING, ClassVar, Self
+
+from pydantic import BaseModel, ConfigDict
+
+from envhub.sandbox.policy import IsolationPolicy, IsolationReport
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from envhub.sandbox.worker import PythonWorker
+
+Command = str | Sequence[str]
+"""A shell string (run by `/bin/sh -c`) or an argv list (run as is, no shell)."""
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (could not start, lost its container); not the command inside it."""
+
+
+class SandboxUnavailable(SandboxError):
+    """The backend cannot run on this machine; the message says what to install or set."""
+
+
+class ExecResult(BaseModel):
+    """One command's outcome and what it cost. Output is decoded as UTF-8, bad bytes replaced."""
+
+    model_config = ConfigDict(frozen=True)
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    """The command's exit status; 128+N when a signal N ended it, -1 when the sandbox killed it."""
+    timed_out: bool = False
+    oom_killed: bool = False
+    output_truncated: bool = False
+    wall_time_s: float
+    cpu_time_s: float | None = None
+    """CPU time of every process the command started; None where the backend cannot measure it."""
+    peak_memory_bytes: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out and not self.oom_killed
+
+
+def to_argv(command: Command) -> list[str]:
+    """A shell string runs under `/bin/sh -c`; a sequence is already an argv."""
+    if isinstance(command, str):
+        return ["/bin/sh", "-c", command]
+    argv = list(command)
+    if not argv:
+        raise ValueError("the command is empty")
+    return argv
+
+
+def shell_join(argv: Sequence[str]) -> str:
+    return shlex.join(argv)
+
+
+def sandbox_path(path: str | PurePosixPath, workdir: str) -> PurePosixPath:
+    """A path inside the sandbox, relative ones read from the workdir; `..` may not climb above /."""
+    p = PurePosixPath(workdir) / PurePosixPath(path)
+    parts: list[str] = []
+    for part in p.parts[1:]:
+        if part == "..":
+            if not parts:
+                raise ValueError(f"{path!s} climbs above the sandbox root")
+            parts.pop()
+        elif part != ".":
+            parts.append(part)
+    return PurePosixPath("/", *parts)
+
+
+class Sandbox(ABC):
+    """An isolated place to run untrusted commands, declared by an `IsolationPolicy`.
+
+    Use it as an async context manager, or call `close()`: a closed sandbox has no process, mount,
+    cgroup or container left behind.
+    """
+
+    backend: ClassVar[str]
+
+    def __init__(self, policy: IsolationPolicy) -> None:
+        self.policy = policy
+        self._closed = False
+
+    @abstractmethod
+    async def exec(
+        self,
+        command: Command,
+        *,
+        stdin: str | bytes | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the per-call limit is the contract
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        """Run a command to completion, killing everything it started if `timeout` (or the policy's
+        wall time) passes."""
+
+    @abstractmethod
+    async def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None:
+        """Create or replace a file in the writable area, making parent directories."""
+
+    @abstractmethod
+    async def read_file(self, path: str) -> bytes:
+        """The bytes of a file in the sandbox (FileNotFoundError when absent)."""
+
+    @abstractmethod
+    async def upload_dir(self, local_dir: str | Path, dest: str) -> None:
+        """Copy a host directory tree into the sandbox's writable area."""
+
+    @abstractmethod
+    async def download(self, path: str, local_dest: str | Path) -> None:
+        """Copy a file or directory out of the sandbox; symlinks are not followed."""
+
+    @abstractmethod
+    def report(self) -> IsolationReport:
+        """Which parts of the policy this sandbox enforces, and how."""
+
+    @abstractmethod
+    async def _close(self) -> None: ...
+
+    async def reset(self) -> None:
+        """Return to a fresh state (no processes, empty writable area) so a pool can reuse the sandbox.
+
+        Backends that cannot do this safely raise NotImplementedError, and pools destroy them instead.
+        """
+        raise NotImplementedError(f"the {self.backend} backend cannot be recycled")
+
+    async def python(self, *, python: str = "python3") -> PythonWorker:
+        """A persistent Python interpreter in this sandbox: state survives between `run` calls."""
+        from envhub.sandbox.worker import PythonWorker
+
+        worker = PythonWorker(self, python=python)
+        await worker.start()
+        return worker
+
+    async def _spawn(
+        self, argv: list[str], *, env: Mapping[str, str] | None = None
+    ) -> asyncio.subprocess.Process:
+        """A long-running process in the sandbox with piped stdin/stdout; used by the persistent worker.
+
+        Backends that cannot stream to a live process raise SandboxUnavailable.
+        """
+        raise SandboxUnavailable(f"the {self.backend} backend has no persistent worker mode")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def close(self) -> None:
+        """Stop everything in the sandbox and release its resources; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError("the sandbox is closed; open a new one")
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<{type(self).__name__} {state}>"

@@ -1,0 +1,165 @@
+"""`envhub bench sandbox`: what isolation costs, side by side with a plain subprocess (and Docker).
+
+Each row runs the same work through a plain `asyncio` subprocess (the baseline), the local backend and,
+when an engine and the image are present, the docker backend. Medians (p50) of `iterations` runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from rich.table import Table
+
+import envhub.sandbox as sandbox
+from envhub.sandbox.policy import IsolationPolicy
+
+PY = "/usr/bin/python3"
+Timed = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class Row:
+    metric: str
+    unit: str
+    values: dict[str, float | None] = field(default_factory=dict)
+
+
+async def _p50_ms(fn: Timed, n: int) -> float:
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        await fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1000
+
+
+async def _per_second(make: Timed, n: int, workers: int = 2) -> float:
+    async def worker() -> None:
+        for _ in range(n // workers):
+            await make()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return (n // workers) * workers / (time.perf_counter() - start)
+
+
+async def _subprocess(*argv: str, stdin: bytes | None = None) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    await proc.communicate(stdin)
+
+
+async def _plain_worker_p50(n: int) -> float:
+    """The worker protocol with no sandbox at all: what the sandboxed worker is compared with."""
+    from envhub.sandbox.worker import _SERVER
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-u", "-c", _SERVER, "65536",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    await proc.stdout.readline()
+    request = json.dumps({"code": "pass", "timeout": 5}).encode() + b"\n"
+
+    async def call() -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(request)
+        await proc.stdin.drain()
+        await proc.stdout.readline()
+
+    try:
+        return await _p50_ms(call, n)
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+async def _backend_rows(backend: str, n: int, image: str | None) -> dict[str, float | None]:
+    policy = IsolationPolicy()
+
+    async def cold() -> None:
+        async with sandbox.open(backend, policy=policy, image=image) as sb:  # type: ignore[arg-type]
+            await sb.exec([PY if backend == "local" else "python3", "-c", "pass"])
+
+    async def create() -> None:
+        async with sandbox.open(backend, policy=policy, image=image):  # type: ignore[arg-type]
+            pass
+
+    out: dict[str, float | None] = {}
+    out["cold"] = await _p50_ms(cold, n)
+    async with sandbox.open(backend, policy=policy, image=image) as sb:  # type: ignore[arg-type]
+        python = PY if backend == "local" else "python3"
+        out["warm"] = await _p50_ms(lambda: _discard(sb.exec([python, "-c", "pass"])), n)
+        out["true"] = await _p50_ms(lambda: _discard(sb.exec(["true"])), n)
+        try:
+            py = await sb.python()
+        except sandbox.SandboxUnavailable:
+            out["worker"] = None
+        else:
+            async with py:
+                out["worker"] = await _p50_ms(lambda: _discard(py.run("pass")), max(n, 200))
+    out["rate"] = await _per_second(create, max(4, n))
+    return out
+
+
+async def _discard(aw: Awaitable[object]) -> None:
+    await aw
+
+
+async def measure(iterations: int = 50, *, docker: bool | None = None, image: str | None = None) -> list[Row]:
+    """Run every comparison; `docker=None` includes Docker when an engine and the image are present."""
+    base: dict[str, float | None] = {
+        "cold": await _p50_ms(lambda: _subprocess(PY, "-c", "pass"), iterations),
+        "warm": await _p50_ms(lambda: _subprocess(PY, "-c", "pass"), iterations),
+        "true": await _p50_ms(lambda: _subprocess("true"), iterations),
+        "worker": await _plain_worker_p50(max(iterations, 200)),
+        "rate": await _per_second(lambda: _subprocess("true"), max(4, iterations)),
+    }
+    columns = {"subprocess": base, "local": await _backend_rows("local", iterations, None)}
+    if docker is not False:
+        try:
+            columns["docker"] = await _backend_rows("docker", max(3, iterations // 10), image)
+        except sandbox.SandboxUnavailable:
+            if docker:
+                raise
+    labels = {
+        "cold": ("cold start + `python -c pass` + close, p50", "ms"),
+        "warm": ("`python -c pass` in an open sandbox, p50", "ms"),
+        "true": ("`true` in an open sandbox (exec overhead), p50", "ms"),
+        "worker": ("persistent worker `run('pass')` round trip, p50", "ms"),
+        "rate": ("sandboxes created + closed per second, 2 workers", "/s"),
+    }
+    return [
+        Row(label, unit, {name: col.get(key) for name, col in columns.items()})
+        for key, (label, unit) in labels.items()
+    ]
+
+
+def to_table(rows: list[Row]) -> Table:
+    names = list(rows[0].values)
+    table = Table(title="envhub sandbox benchmark (subprocess = no isolation)")
+    table.add_column("metric")
+    for name in names:
+        table.add_column(name, justify="right")
+    table.add_column("local / subprocess", justify="right")
+    for row in rows:
+        cells = [f"{v:.2f} {row.unit}" if v is not None else "n/a" for v in row.values.values()]
+        base, local = row.values.get("subprocess"), row.values.get("local")
+        ratio = f"{local / base:.2f}x" if base and local else "n/a"
+        table.add_row(row.metric, *cells, ratio)
+    return table
+
+
+def run_benchmark(iterations: int = 50, *, docker: bool | None = None, image: str | None = None) -> Table:
+    """The CLI's entry point: measure and return the comparison as a rich Table."""
+    return to_table(asyncio.run(measure(iterations, docker=docker, image=image)))

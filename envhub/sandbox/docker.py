@@ -1,0 +1,413 @@
+"""The `docker` backend: one container per sandbox, driven through the `docker` SDK.
+
+The container runs `sleep infinity` under Docker's init with no network, a read-only root, size-capped
+tmpfs for the workdir, /tmp and /dev/shm, uid 65534, no capabilities, no-new-privileges and a seccomp
+profile built from the same deny-list as the local backend. Commands are `docker exec`s wrapped in
+coreutils `timeout`, which kills the command's whole process group. The SDK is synchronous, so every
+call runs in a worker thread, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import socket
+import tarfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from envhub.sandbox import seccomp
+from envhub.sandbox.base import (
+    Command,
+    ExecResult,
+    Sandbox,
+    SandboxError,
+    SandboxUnavailable,
+    sandbox_path,
+    to_argv,
+)
+from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport, MiB
+
+if TYPE_CHECKING:
+    import docker
+
+DEFAULT_IMAGE = "envhub/python:3-bookworm"
+CONTAINER_USER = "65534:65534"
+"""Runs the container's init and `sleep infinity`; commands run as EXEC_USER, who cannot signal it."""
+EXEC_USER = "65533:65533"
+_REAP = '"$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
+"""Wraps every command: afterwards, kill whatever it left running (every EXEC_USER process but this
+shell), as the local backend's pid namespace does; the init survives, owned by another uid."""
+LABEL = "envhub.sandbox"
+HOST_GRACE_S = 10.0
+CGROUP_V1 = Path("/sys/fs/cgroup")
+_NAMESPACE_FLAGS = (0x00020000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x02000000)
+"""CLONE_NEWNS, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWCGROUP: refused in clone() flags."""
+
+
+def seccomp_profile() -> str:
+    """A Docker seccomp profile: the local backend's deny-list, clone() namespace flags, clone3 -> ENOSYS.
+
+    Docker's built-in profile allows ptrace between processes of one uid; ours does not.
+    """
+    rules: list[dict[str, Any]] = [
+        {"names": sorted(seccomp.DENIED_X86_64), "action": "SCMP_ACT_ERRNO", "errnoRet": 1},
+        # glibc falls back to clone() on ENOSYS, where the flags can be inspected.
+        {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38},
+    ]
+    for flag in _NAMESPACE_FLAGS:
+        rules.append(
+            {
+                "names": ["clone"],
+                "action": "SCMP_ACT_ERRNO",
+                "errnoRet": 1,
+                "args": [{"index": 0, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ"}],
+            }
+        )
+    profile = {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+        "syscalls": rules,
+    }
+    return json.dumps(profile)
+
+
+def _client() -> docker.DockerClient:
+    try:
+        import docker
+    except ImportError as exc:
+        raise SandboxUnavailable("the docker backend needs the SDK: pip install 'envhub[docker]'") from exc
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+    except Exception as exc:
+        raise SandboxUnavailable(
+            f"no Docker engine is reachable ({exc}); start one, e.g. `bash sandboxes/ci-setup.sh` as root"
+        ) from exc
+    return client
+
+
+class DockerSandbox(Sandbox):
+    """A container sandbox. Open it with `envhub.sandbox.open("docker", policy=..., image=...)`."""
+
+    backend: ClassVar[str] = "docker"
+
+    def __init__(self, policy: IsolationPolicy, *, client: docker.DockerClient, container: Any, image: str):
+        super().__init__(policy)
+        self._lock = asyncio.Lock()  # one command at a time: each one ends by killing its leftovers
+        self._client = client
+        self._container = container
+        self.image = image
+
+    @classmethod
+    async def create(cls, policy: IsolationPolicy, *, image: str | None = None) -> DockerSandbox:
+        image = image or DEFAULT_IMAGE
+        client = await asyncio.to_thread(_client)
+        try:
+            container = await asyncio.to_thread(cls._run_container, client, policy, image)
+        except Exception as exc:
+            client.close()
+            if "No such image" in str(exc) or "not found" in str(exc).lower():
+                raise SandboxUnavailable(
+                    f"image {image} is missing; build it with sandboxes/python/build.sh {image}"
+                ) from exc
+            raise SandboxError(f"could not start a sandbox container from {image}: {exc}") from exc
+        return cls(policy, client=client, container=container, image=image)
+
+    @staticmethod
+    def _run_container(client: docker.DockerClient, policy: IsolationPolicy, image: str) -> Any:
+        from docker.types import Ulimit
+
+        uid = EXEC_USER.split(":")[0]
+        tmpfs_opts = f"size={policy.disk_mb * MiB},nr_inodes={policy.max_files},uid={uid},gid={uid},mode=0700"
+        return client.containers.run(
+            image,
+            command=["sleep", "infinity"],
+            detach=True,
+            init=True,
+            labels={LABEL: "1"},
+            network_mode="bridge" if policy.network else "none",
+            mem_limit=policy.memory_mb * MiB,
+            memswap_limit=policy.memory_mb * MiB,
+            pids_limit=policy.pids + 2,  # + the init and the `timeout` wrapper
+            nano_cpus=int(policy.cpus * 1e9),
+            read_only=True,
+            tmpfs={policy.workdir: tmpfs_opts, "/tmp": tmpfs_opts},
+            shm_size=policy.disk_mb * MiB,
+            user=CONTAINER_USER,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges", f"seccomp={seccomp_profile()}"],
+            environment={"HOME": policy.workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp", **policy.env},
+            working_dir=policy.workdir,
+            volumes={host: {"bind": inside, "mode": "ro"} for host, inside in policy.ro_binds.items()},
+            ulimits=[Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=4096, hard=4096)],
+        )
+
+    # -- running commands ---------------------------------------------------------------------------
+
+    def _run_blocking(
+        self,
+        argv: list[str],
+        stdin: bytes | None,
+        env: Mapping[str, str],
+        cwd: str,
+        limit: float,
+        cap: int,
+    ) -> tuple[bytes, bytes, bool, int, float]:
+        """docker exec argv under `timeout`; returns stdout, stderr, truncated, exit code, wall time."""
+        from docker.utils.socket import frames_iter
+
+        api = self._client.api
+        wrapped = ["sh", "-c", _REAP, "envhub-exec", "timeout", "-s", "KILL", f"{limit:.3f}s", *argv]
+        exec_id = api.exec_create(
+            self._container.id,
+            wrapped,
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            environment=dict(env),
+            workdir=cwd,
+            user=EXEC_USER,
+        )["Id"]
+        started = time.monotonic()
+        sock = api.exec_start(exec_id, socket=True)
+        raw: socket.socket = sock._sock  # type: ignore[union-attr]  # SocketIO wraps the socket; half-close needs it
+        raw.settimeout(limit + HOST_GRACE_S)
+        out, err = bytearray(), bytearray()
+        cut = False
+        try:
+            if stdin:
+                raw.sendall(stdin)
+            raw.shutdown(socket.SHUT_WR)  # EOF on the command's stdin
+            for stream, data in frames_iter(sock, tty=False):  # type: ignore[no-untyped-call]
+                buf = out if stream == 1 else err
+                room = cap - len(buf)
+                if room > 0:
+                    buf += data[:room]
+                cut = cut or len(data) > room
+        finally:
+            sock.close()
+        wall = time.monotonic() - started
+        code = api.exec_inspect(exec_id)["ExitCode"]
+        return bytes(out), bytes(err), cut, int(code if code is not None else -1), wall
+
+    async def _run(
+        self,
+        argv: list[str],
+        *,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the per-call limit is the contract
+    ) -> tuple[bytes, bytes, bool, int, float, bool]:
+        self._check_open()
+        limit = min(timeout, self.policy.wall_time_s) if timeout is not None else self.policy.wall_time_s
+        workdir = str(sandbox_path(cwd, self.policy.workdir)) if cwd else self.policy.workdir
+        try:
+            async with self._lock:
+                out, err, cut, code, wall = await asyncio.wait_for(
+                    asyncio.to_thread(
+                        self._run_blocking,
+                        argv,
+                        stdin,
+                        env or {},
+                        workdir,
+                        limit,
+                        self.policy.max_output_bytes,
+                    ),
+                    limit + 2 * HOST_GRACE_S,
+                )
+        except (TimeoutError, OSError) as exc:
+            raise SandboxError(f"the container stopped answering: {exc}") from exc
+        timed_out = code == 137 and wall >= limit
+        return out, err, cut, code, wall, timed_out
+
+    async def exec(
+        self,
+        command: Command,
+        *,
+        stdin: str | bytes | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the per-call limit is the contract
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        stats = self._cgroup_file("memory", "memory.oom_control")
+        oom_before = _oom_kills(stats)
+        self._reset_counters()
+        out, err, cut, code, wall, timed_out = await self._run(
+            to_argv(command), stdin=data, env=env, cwd=cwd, timeout=timeout
+        )
+        oom = _oom_kills(stats) > oom_before if stats else False
+        return ExecResult(
+            stdout=out.decode(errors="replace"),
+            stderr=err.decode(errors="replace"),
+            exit_code=-1 if timed_out else code,
+            timed_out=timed_out,
+            oom_killed=oom,
+            output_truncated=cut,
+            wall_time_s=wall,
+            cpu_time_s=_read_int(self._cgroup_file("cpuacct", "cpuacct.usage"), 1e-9),
+            peak_memory_bytes=_read_int(self._cgroup_file("memory", "memory.max_usage_in_bytes"), 1),
+        )
+
+    def _cgroup_file(self, controller: str, name: str) -> Path | None:
+        """The container's cgroup v1 file, when the engine runs on this host with the cgroupfs driver."""
+        path = CGROUP_V1 / controller / "docker" / self._container.id / name
+        return path if path.exists() else None
+
+    def _reset_counters(self) -> None:
+        for controller, name in (("memory", "memory.max_usage_in_bytes"), ("cpuacct", "cpuacct.usage")):
+            path = self._cgroup_file(controller, name)
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    path.write_text("0")
+
+    # -- files ----------------------------------------------------------------------------------------
+
+    async def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None:
+        target = str(sandbox_path(path, self.policy.workdir))
+        payload = data.encode() if isinstance(data, str) else data
+        script = 'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"'
+        _, err, _, code, _, _ = await self._run(
+            ["sh", "-c", script, "sh", target, f"{mode:o}"], stdin=payload
+        )
+        if code != 0:
+            raise PermissionError(f"writing {target} in the container failed: {err.decode(errors='replace')}")
+
+    async def read_file(self, path: str) -> bytes:
+        target = str(sandbox_path(path, self.policy.workdir))
+        saved, self.policy = self.policy, self.policy.model_copy(update={"max_output_bytes": 1 << 30})
+        try:
+            out, err, _, code, _, _ = await self._run(["cat", "--", target])
+        finally:
+            self.policy = saved
+        if code != 0:
+            message = err.decode(errors="replace")
+            if "No such file" in message:
+                raise FileNotFoundError(path)
+            raise PermissionError(f"reading {target} in the container failed: {message.strip()}")
+        return out
+
+    async def upload_dir(self, local_dir: str | Path, dest: str) -> None:
+        target = str(sandbox_path(dest, self.policy.workdir))
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(str(local_dir), arcname=".")
+        _, err, _, code, _, _ = await self._run(
+            ["sh", "-c", 'mkdir -p "$1" && tar -x --no-same-owner -C "$1"', "sh", target],
+            stdin=buf.getvalue(),
+        )
+        if code != 0:
+            raise PermissionError(f"uploading to {target} failed: {err.decode(errors='replace')}")
+
+    async def download(self, path: str, local_dest: str | Path) -> None:
+        target = sandbox_path(path, self.policy.workdir)
+        saved, self.policy = self.policy, self.policy.model_copy(update={"max_output_bytes": 1 << 30})
+        try:
+            out, err, _, code, _, _ = await self._run(
+                ["tar", "-c", "-C", str(target.parent), "--", target.name or "."]
+            )
+        finally:
+            self.policy = saved
+        if code != 0:
+            raise FileNotFoundError(f"{path}: {err.decode(errors='replace').strip()}")
+        await asyncio.to_thread(_extract, out, target.name, Path(local_dest))
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    async def _close(self) -> None:
+        try:
+            await asyncio.to_thread(self._container.remove, force=True)
+        finally:
+            self._client.close()
+
+    def report(self) -> IsolationReport:
+        p = self.policy
+        controls = {
+            "network": Enforcement(
+                enforced=True,
+                how="default bridge (policy allows network)"
+                if p.network
+                else "--network none: loopback only",
+            ),
+            "filesystem": Enforcement(
+                enforced=True,
+                how=f"image {self.image}, read-only root; read-only binds {sorted(p.ro_binds.values())}",
+            ),
+            "disk": Enforcement(
+                enforced=True,
+                how=f"tmpfs size={p.disk_mb} MiB, nr_inodes={p.max_files} for {p.workdir} and for /tmp each, "
+                f"/dev/shm {p.disk_mb} MiB (a cap per mount, not one total)",
+            ),
+            "memory": Enforcement(enforced=True, how=f"--memory={p.memory_mb}m --memory-swap={p.memory_mb}m"),
+            "pids": Enforcement(enforced=True, how=f"--pids-limit={p.pids + 2}"),
+            "cpu": Enforcement(enforced=True, how=f"--cpus={p.cpus}"),
+            "wall_time": Enforcement(
+                enforced=True,
+                how="coreutils `timeout -s KILL` kills the command's process group; a host-side deadline "
+                "backs it",
+            ),
+            "user": Enforcement(
+                enforced=True,
+                how=f"commands as uid {EXEC_USER.split(':')[0]}, --cap-drop ALL, no-new-privileges",
+            ),
+            "environment": Enforcement(
+                enforced=True, how="only the image's ENV, HOME/LANG/TMPDIR and the policy's variables"
+            ),
+            "seccomp": Enforcement(
+                enforced=True,
+                how=f"custom profile: {len(seccomp.DENIED_X86_64)} denied calls (ptrace, mount, unshare, "
+                "keyctl, bpf, ...), clone() namespace flags refused",
+            ),
+            "nested_namespaces": Enforcement(
+                enforced=True, how="seccomp refuses unshare, setns and clone() with namespace flags"
+            ),
+        }
+        return IsolationReport(
+            backend=self.backend,
+            policy=p,
+            controls=controls,
+            image=self.image,
+            details={"container": self._container.id[:12]},
+        )
+
+
+def _oom_kills(path: Path | None) -> int:
+    if path is None:
+        return 0
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill":
+            return int(value)
+    return 0
+
+
+def _read_int(path: Path | None, scale: float) -> Any:
+    if path is None:
+        return None
+    value = int(path.read_text())
+    return value * scale if scale != 1 else value
+
+
+def _extract(data: bytes, name: str, dest: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = tar.getmembers()
+        if name and len(members) == 1 and members[0].isfile():
+            source = tar.extractfile(members[0])
+            assert source is not None
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(source.read())
+            return
+        prefix = f"{name}/" if name else ""
+        dest.mkdir(parents=True, exist_ok=True)
+        for member in members:
+            if member.issym() or member.islnk() or not member.name.startswith(prefix):
+                continue
+            member.name = member.name[len(prefix) :]
+            if member.name:
+                tar.extract(member, dest, filter="data")

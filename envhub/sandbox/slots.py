@@ -1,0 +1,169 @@
+"""Concurrency slots of the local backend: one host uid and one cgroup set per sandbox alive at once.
+
+Why slots: RLIMIT_NPROC is counted per uid, so two sandboxes sharing a uid would share a process budget
+(and one fork bomb would starve the other); and creating a cgroup per sandbox is slow and leaks on a
+crash, so cgroups are made once per slot and reused. A slot is claimed with an exclusive `flock` on its
+lock file, so separate processes on one host (pytest workers, two rollout jobs) never share one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from envhub.sandbox.policy import IsolationPolicy, MiB
+
+CGROUP_ROOT = Path(os.environ.get("ENVHUB_CGROUP_ROOT", "/sys/fs/cgroup"))
+CGROUP_NAME = "envhub"
+CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
+UID_BASE = int(os.environ.get("ENVHUB_SANDBOX_UID_BASE", "61000"))
+MAX_SLOTS = int(os.environ.get("ENVHUB_SANDBOX_MAX_SLOTS", "256"))
+LOCK_DIR = Path(os.environ.get("ENVHUB_SANDBOX_LOCK_DIR", "/run/envhub-sandbox"))
+CPU_PERIOD_US = 100_000
+
+
+def cgroups_available() -> bool:
+    """cgroup v1 with the controllers we need, writable by us (root)."""
+    return os.geteuid() == 0 and all((CGROUP_ROOT / c / "cgroup.procs").exists() for c in CONTROLLERS)
+
+
+@dataclass
+class Slot:
+    """A claimed uid (and its cgroups, when cgroups are available)."""
+
+    index: int
+    uid: int
+    lock_fd: int
+    cgroups: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def procs_files(self) -> list[Path]:
+        return [d / "cgroup.procs" for d in self.cgroups.values()]
+
+    def limit(self, policy: IsolationPolicy) -> None:
+        """Write the policy's limits into this slot's cgroups (slots are reused with other policies)."""
+        if not self.cgroups:
+            return
+        mem = self.cgroups["memory"]
+        limit = str(policy.memory_mb * MiB)
+        memsw = mem / "memory.memsw.limit_in_bytes"
+        # memsw must stay >= the memory limit at every step, so lift it first and set it last.
+        if memsw.exists():
+            memsw.write_text("-1")
+        (mem / "memory.limit_in_bytes").write_text(limit)
+        if memsw.exists():
+            memsw.write_text(limit)
+        (self.cgroups["pids"] / "pids.max").write_text(str(policy.pids + 2))  # + bwrap's two processes
+        cpu = self.cgroups["cpu"]
+        (cpu / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+        (cpu / "cpu.cfs_quota_us").write_text(str(max(1000, int(policy.cpus * CPU_PERIOD_US))))
+
+    def reset_counters(self) -> None:
+        """Zero the peak-memory and CPU counters so the next reading covers one command."""
+        if not self.cgroups:
+            return
+        with contextlib.suppress(OSError):
+            (self.cgroups["memory"] / "memory.max_usage_in_bytes").write_text("0")
+        with contextlib.suppress(OSError):
+            (self.cgroups["cpuacct"] / "cpuacct.usage").write_text("0")
+
+    def oom_kills(self) -> int:
+        if not self.cgroups:
+            return 0
+        for line in (self.cgroups["memory"] / "memory.oom_control").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def peak_memory(self) -> int | None:
+        if not self.cgroups:
+            return None
+        return int((self.cgroups["memory"] / "memory.max_usage_in_bytes").read_text())
+
+    def cpu_time(self) -> float | None:
+        if not self.cgroups:
+            return None
+        return int((self.cgroups["cpuacct"] / "cpuacct.usage").read_text()) / 1e9
+
+    def pids(self) -> list[int]:
+        """Every process in the slot's cgroup: what must be gone before the slot is reused."""
+        if not self.cgroups:
+            return []
+        text = (self.cgroups["pids"] / "cgroup.procs").read_text()
+        return [int(p) for p in text.split()]
+
+    async def kill_all(self, *, deadline_s: float = 5.0) -> None:
+        """SIGKILL everything left in the slot and wait until the cgroup is empty."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline_s
+        while pids := self.pids():
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if loop.time() > end:
+                raise RuntimeError(f"processes {pids} in sandbox slot {self.index} survived SIGKILL")
+            await asyncio.sleep(0.01)
+        if not self.cgroups:
+            # No cgroup to enumerate: processes of the slot uid are the slot's processes.
+            return
+
+
+class SlotPool:
+    """Hands out slots, lowest index first, claimed across processes by flock."""
+
+    def __init__(self) -> None:
+        self._use_cgroups = cgroups_available()
+        self._isolate_uid = os.geteuid() == 0
+
+    def acquire(self) -> Slot:
+        LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for index in range(MAX_SLOTS):
+            fd = os.open(LOCK_DIR / f"slot{index}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            uid = UID_BASE + index if self._isolate_uid else os.getuid()
+            slot = Slot(index=index, uid=uid, lock_fd=fd)
+            if self._use_cgroups:
+                try:
+                    slot.cgroups = self._cgroups(index, uid)
+                except OSError:
+                    os.close(fd)
+                    raise
+            return slot
+        raise RuntimeError(
+            f"all {MAX_SLOTS} sandbox slots are in use; close sandboxes or raise ENVHUB_SANDBOX_MAX_SLOTS"
+        )
+
+    def release(self, slot: Slot) -> None:
+        os.close(slot.lock_fd)
+
+    @staticmethod
+    def _cgroups(index: int, uid: int) -> dict[str, Path]:
+        dirs: dict[str, Path] = {}
+        for controller in CONTROLLERS:
+            d = CGROUP_ROOT / controller / CGROUP_NAME / f"slot{index}"
+            d.mkdir(parents=True, exist_ok=True)
+            # Delegate only the join: the slot uid may move itself in (the launcher does, before it
+            # execs bwrap); it can change no limit, and no cgroup file is visible inside the sandbox.
+            os.chown(d / "cgroup.procs", uid, -1)
+            dirs[controller] = d
+        return dirs
+
+
+_pool: SlotPool | None = None
+
+
+def slot_pool() -> SlotPool:
+    global _pool
+    if _pool is None:
+        _pool = SlotPool()
+    return _pool

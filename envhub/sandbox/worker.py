@@ -1,0 +1,167 @@
+"""Persistent worker mode: one sandboxed Python interpreter per episode, state kept between snippets.
+
+This is the Python REPL tool of multi-turn code agents. A snippet that runs past its timeout is
+interrupted inside the interpreter (SIGALRM raises in the user's code), so the session survives; only
+a snippet that ignores the interrupt (stuck in C code, or catching BaseException) is killed after a
+grace period, and then the session's state is lost, which the result says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Self
+
+from envhub.sandbox.base import ExecResult, SandboxError
+
+if TYPE_CHECKING:
+    from envhub.sandbox.base import Sandbox
+
+_SERVER = (Path(__file__).parent / "_repl.py").read_text()
+KILL_GRACE_S = 2.0
+START_TIMEOUT_S = 30.0
+
+
+class ReplResult(ExecResult):
+    """A snippet's outcome; `session_lost` says the interpreter was killed and its state is gone."""
+
+    session_lost: bool = False
+
+
+class PythonWorker:
+    """A live interpreter in a sandbox. Get one with `await sandbox.python()`.
+
+    `run` calls are serialised; after a lost session the next `run` starts a fresh interpreter.
+    """
+
+    def __init__(self, sandbox: Sandbox, *, python: str = "python3") -> None:
+        self._sandbox = sandbox
+        self._python = python
+        self._proc: asyncio.subprocess.Process | None = None
+        self._lock = asyncio.Lock()
+        self._stderr_task: asyncio.Task[bytes] | None = None
+        self.restarts = 0
+        """Interpreters started after the first: each one lost the state before it."""
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    async def start(self) -> None:
+        cap = self._sandbox.policy.max_output_bytes
+        proc = await self._sandbox._spawn([self._python, "-I", "-u", "-c", _SERVER, str(cap)])
+        self._proc = proc
+        assert proc.stderr is not None and proc.stdout is not None
+        self._stderr_task = asyncio.create_task(_tail(proc.stderr))
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), START_TIMEOUT_S)
+        except TimeoutError:
+            line = b""
+        if not line.startswith(b'{"ready"'):
+            await self._kill()
+            detail = (await self._stderr_text()).strip()
+            raise SandboxError(f"the Python worker did not start in the sandbox: {detail or 'no output'}")
+
+    async def run(
+        self,
+        code: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the per-call limit is the contract
+    ) -> ReplResult:
+        """Run a snippet in the session; the value of a final expression is printed, as in a REPL."""
+        wall = self._sandbox.policy.wall_time_s
+        limit = min(timeout, wall) if timeout else wall
+        async with self._lock:
+            if not self.alive:
+                if self._proc is not None:
+                    self.restarts += 1
+                await self.start()
+            proc = self._proc
+            assert proc is not None and proc.stdin is not None and proc.stdout is not None
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            try:
+                proc.stdin.write(json.dumps({"code": code, "timeout": limit}).encode() + b"\n")
+                await proc.stdin.drain()
+                line = await asyncio.wait_for(proc.stdout.readline(), limit + KILL_GRACE_S)
+            except TimeoutError:
+                await self._kill()
+                return ReplResult(
+                    stdout="",
+                    stderr=f"TimeoutError: the snippet ignored the interrupt after {limit} s; "
+                    "the interpreter was killed and its state is lost\n",
+                    exit_code=-1,
+                    timed_out=True,
+                    wall_time_s=loop.time() - started,
+                    session_lost=True,
+                )
+            except (BrokenPipeError, ConnectionResetError):
+                line = b""
+            except BaseException:
+                await asyncio.shield(self._kill())  # cancelled mid-call: the protocol is out of step
+                raise
+            try:
+                reply = json.loads(line) if line else None
+            except json.JSONDecodeError:
+                reply = None
+            if not isinstance(reply, dict):
+                # The interpreter died (os._exit, OOM kill, a crash) or garbled its own protocol.
+                await self._kill()
+                exit_code = proc.returncode if proc.returncode is not None else -1
+                return ReplResult(
+                    stdout="",
+                    stderr=f"the interpreter exited (status {exit_code}); its state is lost\n"
+                    + (await self._stderr_text()),
+                    exit_code=exit_code if exit_code != 0 else 1,
+                    oom_killed=exit_code in (137, -9),
+                    wall_time_s=loop.time() - started,
+                    session_lost=True,
+                )
+            # The round trip as the caller lived it, not just the time inside the interpreter.
+            return ReplResult.model_validate({**reply, "wall_time_s": loop.time() - started})
+
+    async def _kill(self) -> None:
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        kill = getattr(self._sandbox, "_kill", None)
+        if kill is not None:
+            await kill(proc)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+    async def _stderr_text(self) -> str:
+        if self._stderr_task is None:
+            return ""
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            return (await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)).decode(errors="replace")
+        return ""
+
+    async def close(self) -> None:
+        """Stop the interpreter; the sandbox stays open."""
+        await self._kill()
+        if self._stderr_task is not None:
+            self._stderr_task.cancel()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+async def _tail(stream: asyncio.StreamReader, keep: int = 65536) -> bytes:
+    data = b""
+    while chunk := await stream.read(65536):
+        data = (data + chunk)[-keep:]
+    return data
