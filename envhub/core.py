@@ -69,6 +69,14 @@ class MalformedAction(ValueError):
     """An action that cannot be read as an assistant message; answered to the agent, never raised."""
 
 
+class InfrastructureError(RuntimeError):
+    """The machinery under an environment failed (a sandbox died, a grader service went away).
+
+    Raised out of `step`, never shown to the agent as its own mistake: the runner records it as an
+    infrastructure error and retries the episode with a fresh environment.
+    """
+
+
 class EpisodeStateError(RuntimeError):
     """The caller stepped an episode that was never reset or has already ended: a bug in the driver."""
 

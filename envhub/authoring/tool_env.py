@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from envhub.authoring.chat import ChatEnv, Reaction
+from envhub.core import InfrastructureError
 from envhub.messages import Message, ToolCall, tool_result
 from envhub.tools import Tool, ToolArgumentError, ToolSpec, tool_name
 
@@ -51,6 +52,8 @@ class ToolEnv(ChatEnv):
                 output = await tool(tool.parse_arguments(call.arguments))
             except ToolArgumentError as exc:
                 error = str(exc)
+            except InfrastructureError:
+                raise  # not the agent's doing: the runner records and retries it
             except Exception as exc:  # the tool failed on the agent's input: tell the agent
                 error = f"{call.name} failed: {type(exc).__name__}: {exc}"
             else:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict
 
+from envhub.core import InfrastructureError
 from envhub.sandbox.policy import IsolationPolicy, IsolationReport
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ Command = str | Sequence[str]
 """A shell string (run by `/bin/sh -c`) or an argv list (run as is, no shell)."""
 
 
-class SandboxError(RuntimeError):
+class SandboxError(InfrastructureError):
     """The sandbox itself failed (could not start, lost its container); not the command inside it."""
 
 
