@@ -23,7 +23,15 @@ app = typer.Typer(
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)  # messages stay whole for copying and grepping
 
-USER_ERRORS = (UnknownEnvError, PluginImportError, DuplicateEnvError, ValueError, TypeError, OSError)
+USER_ERRORS = (
+    UnknownEnvError,
+    PluginImportError,
+    DuplicateEnvError,
+    ValueError,
+    TypeError,
+    OSError,
+    ImportError,
+)
 
 
 def fail(exc: BaseException) -> typer.Exit:

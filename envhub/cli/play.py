@@ -33,7 +33,10 @@ def play(
 
     async def main() -> Episode:
         async with env:
-            return await run_episode(env, player, seed=seed, on_messages=print_messages)
+            try:
+                return await run_episode(env, player, seed=seed, on_messages=print_messages)
+            finally:
+                await player.close()
 
     episode = asyncio.run(main())
     if episode.error:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +29,35 @@ class TokenTrace(BaseModel):
     sample_break: str | None = None
     """Why this turn's prompt did not extend the previous turn's tokens, when it did not (token drift):
     the trainer must start a new sample here instead of concatenating."""
+
+
+def token_drift(
+    previous: list[int] | None,
+    prompt: list[int],
+    turn: int,
+    decode: Callable[[list[int]], str] | None = None,
+) -> str | None:
+    """Why `prompt` does not start with `previous` (last turn's prompt + completion), or None if it does.
+
+    `turn` counts from 1; `decode`, when given, shows the diverging text, which is what a person needs
+    to find the template rule responsible.
+    """
+    if previous is None or prompt[: len(previous)] == previous:
+        return None
+    position = next(
+        (i for i, (old, new) in enumerate(zip(previous, prompt, strict=False)) if old != new),
+        min(len(previous), len(prompt)),
+    )
+    reason = (
+        f"the chat template re-tokenised turn {turn}: prompt diverges from the previous turn's tokens "
+        f"at position {position} of {len(previous)}"
+    )
+    if position >= len(prompt):
+        return reason + f" (the prompt has only {len(prompt)} tokens: history was dropped)"
+    if decode is None:
+        return reason + f" (token {previous[position]} before, {prompt[position]} now)"
+    before, now = decode(previous[position : position + 8]), decode(prompt[position : position + 8])
+    return reason + f" ({before!r} before, {now!r} now)"
 
 
 class Generation(BaseModel):

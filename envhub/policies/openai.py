@@ -1,0 +1,348 @@
+"""A policy served over HTTP by any OpenAI-compatible chat server: vLLM, SGLang, or a hosted API.
+
+Servers under rollout load fail in ordinary ways (rate limits, 5xx while a replica restarts, slow
+answers), so transient failures are retried with jittered exponential backoff, and everything else fails
+at once with a message naming the server and what to check. With vLLM the exact sampled token ids,
+their logprobs and the prompt's token ids come back too, for training on what was really sampled.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from envhub.core import Env
+from envhub.messages import Message
+from envhub.policies.base import Generation, Policy, TokenTrace, token_drift
+from envhub.tools import ToolSpec
+
+RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+"""Answers that mean "try again later": rate limiting and an overloaded or restarting server."""
+
+
+class PolicyServerError(RuntimeError):
+    """The policy server failed in a way retrying did not fix, or must not; the message says what to check."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """One failed attempt: `kind` groups identical failures in the final message."""
+
+    kind: str
+    detail: str
+    hint: str
+    retry_after: float | None = None
+
+
+class _TransientError(Exception):
+    def __init__(self, failure: _Failure) -> None:
+        super().__init__(failure.detail)
+        self.failure = failure
+
+
+def _snippet(body: str, limit: int = 300) -> str:
+    flat = " ".join(body.split())
+    return repr(flat if len(flat) <= limit else flat[:limit] + "…")
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a `Retry-After: <seconds>` header; the HTTP-date form is rare and is not honoured."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
+def _token_id(token: str) -> int | None:
+    prefix, _, number = token.partition(":")
+    return int(number) if prefix == "token_id" and number.lstrip("-").isdigit() else None
+
+
+def token_trace(data: dict[str, Any], choice: dict[str, Any]) -> TokenTrace | None:
+    """The tokens of a completion, when the server reported them (vLLM's extensions), else None.
+
+    Completion ids come from the choice's `token_ids` (`return_token_ids: true`) or from logprob entries
+    named `token_id:N` (`return_tokens_as_token_ids: true`); prompt ids from `prompt_token_ids` at the top
+    level (chat completions) or in the choice (completions).
+    """
+    reported = choice.get("logprobs")
+    entries = reported.get("content") if isinstance(reported, dict) else None
+    logprobs = [float(e["logprob"]) for e in entries] if isinstance(entries, list) else None
+    ids = choice.get("token_ids")
+    if ids is None and isinstance(entries, list):
+        parsed = [_token_id(str(e.get("token", ""))) for e in entries]
+        ids = None if any(i is None for i in parsed) else parsed
+    if not isinstance(ids, list):
+        return None
+    if logprobs is not None and len(logprobs) != len(ids):
+        logprobs = None  # misaligned logprobs would silently corrupt importance ratios; drop them
+    prompt = data.get("prompt_token_ids") or choice.get("prompt_token_ids")
+    return TokenTrace(
+        prompt_token_ids=[int(i) for i in prompt] if isinstance(prompt, list) else None,
+        completion_token_ids=[int(i) for i in ids],
+        completion_logprobs=logprobs,
+        finish_reason=choice.get("finish_reason"),
+    )
+
+
+class _Connection:
+    """The HTTP client every episode's copy of a policy shares; created on first use, in the running loop."""
+
+    def __init__(self, headers: dict[str, str], timeout: float, max_connections: int) -> None:
+        self.headers = headers
+        self.timeout = timeout
+        self.max_connections = max_connections
+        self.client: httpx.AsyncClient | None = None
+
+    def get(self) -> httpx.AsyncClient:
+        if self.client is None:
+            self.client = httpx.AsyncClient(
+                headers=self.headers,
+                # no limit on waiting for a free connection: the rollout's concurrency bounds that wait,
+                # and a request must not time out before it was ever sent
+                timeout=httpx.Timeout(self.timeout, pool=None),
+                limits=httpx.Limits(
+                    max_connections=self.max_connections, max_keepalive_connections=self.max_connections
+                ),
+            )
+        return self.client
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+            self.client = None
+
+
+class OpenAIPolicy(Policy):
+    """Chat completions from `base_url` (e.g. `http://localhost:8000/v1`) with `model`.
+
+    `logprobs=True` asks for logprobs and vLLM's token-id extensions (`return_tokens_as_token_ids`,
+    `return_token_ids`); servers that reject unknown fields (OpenAI's own API) need `logprobs=False`.
+    `extra_body` is merged into every request last, for server-specific options (`top_k`, `chat_template`).
+    Each episode's copy checks that a turn's prompt token ids extend the previous turn's, and records a
+    `sample_break` when they do not.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        temperature: float = 1.0,
+        max_tokens: int | None = 1024,
+        timeout: float = 120.0,
+        max_connections: int = 64,
+        max_retries: int = 3,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        extra_body: dict[str, Any] | None = None,
+        logprobs: bool = True,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"the policy server URL must start with http:// or https://, got {base_url!r}")
+        if timeout <= 0 or max_connections < 1 or max_retries < 0:
+            raise ValueError(
+                f"need timeout > 0, max_connections >= 1 and max_retries >= 0; "
+                f"got {timeout}, {max_connections} and {max_retries}"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.url = f"{self.base_url}/chat/completions"
+        self.model = model
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.extra_body = dict(extra_body or {})
+        self.logprobs = logprobs
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._connection = _Connection(headers, timeout, max_connections)
+        self._previous_tokens: list[int] | None = None
+        self._turn = 0
+
+    def for_episode(self, env: Env) -> Policy:
+        """A copy that shares the connection pool but tracks this episode's tokens."""
+        episode = copy.copy(self)
+        episode._previous_tokens = None
+        episode._turn = 0
+        return episode
+
+    def request_body(self, messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
+        """The JSON sent for one turn."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [m.to_openai() for m in messages],
+            "temperature": self.temperature,
+        }
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        if tools:
+            body["tools"] = [t.to_openai() for t in tools]
+        if self.logprobs:
+            body.update(logprobs=True, return_tokens_as_token_ids=True, return_token_ids=True)
+        body.update(self.extra_body)
+        return body
+
+    async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Generation:
+        data = await self._post(self.request_body(messages, tools))
+        choice = data["choices"][0]
+        try:
+            message = Message.from_openai({**choice["message"], "role": "assistant"})
+        except (ValidationError, ValueError, TypeError, AttributeError) as exc:
+            raise PolicyServerError(
+                f"the policy server at {self.url} answered a message this client cannot read ({exc}); "
+                f"message: {_snippet(json.dumps(choice['message']))}"
+            ) from exc
+        try:
+            tokens = token_trace(data, choice)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PolicyServerError(
+                f"the policy server at {self.url} answered token ids or logprobs this client cannot read "
+                f"({type(exc).__name__}: {exc}); pass logprobs=False to do without them"
+            ) from exc
+        self._turn += 1
+        prompt = tokens.prompt_token_ids if tokens is not None else None
+        if tokens is not None and prompt is not None:
+            reason = token_drift(self._previous_tokens, prompt, self._turn)
+            if reason is not None:
+                tokens = tokens.model_copy(update={"sample_break": reason})
+            self._previous_tokens = prompt + tokens.completion_token_ids
+        else:
+            self._previous_tokens = None  # unknown tokens: the next turn cannot be checked, so start afresh
+        return Generation(message=message, tokens=tokens, model=str(data.get("model") or self.model))
+
+    def _wait(self, state: RetryCallState) -> float:
+        """Honour a server's `Retry-After` (capped at `max_backoff`), else back off exponentially.
+
+        The jitter keeps many episodes that failed together from retrying together.
+        """
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, _TransientError) and exc.failure.retry_after is not None:
+            return min(exc.failure.retry_after, self.max_backoff)
+        exponential = self.backoff * 2.0 ** (state.attempt_number - 1)
+        return min(self.max_backoff, exponential + random.uniform(0, self.backoff))
+
+    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        failures: list[_Failure] = []
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type(_TransientError),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    try:
+                        return await self._post_once(body)
+                    except _TransientError as exc:
+                        failures.append(exc.failure)
+                        raise
+        except _TransientError:
+            raise PolicyServerError(self._gave_up(failures)) from None
+        raise AssertionError("unreachable: tenacity either returns, retries or re-raises")
+
+    def _gave_up(self, failures: list[_Failure]) -> str:
+        last = failures[-1]
+        if all(f.kind == last.kind for f in failures):
+            what = f"{last.detail} on all {len(failures)} attempts" if len(failures) > 1 else last.detail
+        else:
+            kinds = ", ".join(f.kind for f in failures)
+            what = f"failed {len(failures)} attempts ({kinds}); the last {last.detail}"
+        return f"the policy server at {self.url} {what}; {last.hint}"
+
+    async def _post_once(self, body: dict[str, Any]) -> dict[str, Any]:
+        retries = f"OpenAIPolicy(max_retries=...) allows more attempts (now {self.max_retries})"
+        try:
+            response = await self._connection.get().post(self.url, json=body)
+        except httpx.TimeoutException as exc:
+            raise _TransientError(
+                _Failure(
+                    "timeout",
+                    f"did not answer within {self.timeout} s ({type(exc).__name__})",
+                    "if the model is just slow (long generations, a cold start), raise the timeout "
+                    "(OpenAIPolicy(timeout=...)); otherwise check that the server is not stuck",
+                )
+            ) from exc
+        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            raise _TransientError(
+                _Failure(
+                    "unreachable",
+                    f"could not be reached ({type(exc).__name__}: {exc or 'connection failed'})",
+                    "is the server running, and is the URL right?",
+                )
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise PolicyServerError(
+                f"could not send a request to {self.url}: {type(exc).__name__}: {exc}"
+            ) from exc
+        code = response.status_code
+        if code in RETRIED_STATUSES:
+            hint = (
+                "it is rate-limiting: lower the rollout concurrency, or " + retries
+                if code == 429
+                else "is it overloaded or crashing? Check its log; " + retries
+            )
+            raise _TransientError(
+                _Failure(
+                    str(code),
+                    f"answered {code} (body: {_snippet(response.text)})",
+                    hint,
+                    _retry_after(response.headers.get("retry-after")),
+                )
+            )
+        if code >= 400:
+            hints = {
+                401: "check the API key (OpenAIPolicy(api_key=...))",
+                404: f"check the base URL (it usually ends in /v1) and the model name {self.model!r}",
+            }
+            fields = (
+                "; servers other than vLLM or SGLang may reject the token-id fields: pass logprobs=False"
+                if self.logprobs
+                else ""
+            )
+            hint = hints.get(code, f"check the model name {self.model!r} and the request options{fields}")
+            raise PolicyServerError(
+                f"the policy server at {self.url} rejected the request with {code} "
+                f"(body: {_snippet(response.text)}); this is not retried: {hint}"
+            )
+        return self._completion(response)
+
+    def _completion(self, response: httpx.Response) -> dict[str, Any]:
+        """The body as a chat completion, or an error that shows what came back instead."""
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)):
+            problem = "is not JSON" if data is None else "has no choices[0]"
+            raise PolicyServerError(
+                f"the policy server at {self.url} answered {response.status_code} but the body {problem}, "
+                f"so it is not a chat completion (content-type {response.headers.get('content-type')!r}, "
+                f"body starts: {_snippet(response.text)}); is the URL pointing at an OpenAI-compatible "
+                "server and not at a proxy or web page?"
+            )
+        if not isinstance(choices[0].get("message"), dict):
+            raise PolicyServerError(
+                f"the policy server at {self.url} answered a completion without a message "
+                f"(body starts: {_snippet(response.text)}); is it a chat endpoint?"
+            )
+        assert isinstance(data, dict)
+        return data
+
+    async def close(self) -> None:
+        """Close the shared connection pool (every episode's copy uses it)."""
+        await self._connection.close()
