@@ -88,7 +88,16 @@ class ChatEnv(BaseEnv):
             observation.insert(0, system(self.system_prompt))
         self.messages = list(observation)
         self._running = True
-        return observation, {"seed": self.seed, "turn": 0, "tools": [t.name for t in self.tools]}
+        return observation, {
+            "seed": self.seed,
+            "turn": 0,
+            "tools": [t.name for t in self.tools],
+            **self.reset_info(),
+        }
+
+    def reset_info(self) -> dict[str, Any]:
+        """Extra facts for the reset `info`, e.g. `{"isolation": sandbox.report()}` to store per episode."""
+        return {}
 
     async def step(self, action: Action) -> StepResult:
         if not self._running:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -17,7 +18,8 @@ from envhub.policies import SPECS, load_policy
 from envhub.records import Episode
 from envhub.registration import registry
 from envhub.report import write_html_report
-from envhub.rollout import RolloutLimits, run_batch, summarize, summary_table
+from envhub.rollout import BatchResult, RolloutLimits, run_batch, summarize, summary_table
+from envhub.rollout.ray_backend import RayWorkerLost, ray_address, run_batch_ray
 from envhub.store import BatchSpec, BatchStore, load_manifest, read_episodes
 
 
@@ -69,10 +71,18 @@ def rollout(
     ] = None,
     retries: Annotated[int, typer.Option(min=0, help="Retries of infrastructure failures.")] = 1,
     shard_size: Annotated[int, typer.Option(min=1, help="Episodes per Parquet shard.")] = 256,
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="Where episodes run: local (asyncio, this process), ray (a local Ray instance), "
+            "or the address of a Ray cluster: auto, ray://HOST:PORT."
+        ),
+    ] = "local",
 ) -> None:
     """Generate a batch of episodes, with a progress bar and a summary table; resumable with --out."""
     try:
         env_kwargs = parse_kwargs(kwarg or [])
+        address = None if backend == "local" else ray_address(backend)
         player = load_policy(policy)
         resolved = registry.spec(env_id).id
         asyncio.run(registry.make(env_id, **env_kwargs).close())  # fail fast on a bad option
@@ -87,7 +97,7 @@ def rollout(
         store = None
         if out is not None:
             store = BatchStore.open(out, spec, episodes=episodes, resume=resume, shard_size=shard_size)
-    except USER_ERRORS as exc:
+    except (*USER_ERRORS, ModuleNotFoundError) as exc:
         raise fail(exc) from exc
     indices = store.remaining() if store else list(range(episodes))
     tally = _Tally()
@@ -110,19 +120,39 @@ def rollout(
         tally.add(episode)
         tally.show(progress, task, advance=1)
 
+    batch_run: Coroutine[Any, Any, BatchResult]
+    if backend == "local":
+        batch_run = run_batch(
+            env_id,
+            player,
+            episodes=indices,
+            seed=seed,
+            limits=limits,
+            env_kwargs=env_kwargs,
+            on_episode=record,
+        )
+    else:
+        batch_run = run_batch_ray(
+            env_id,
+            policy,
+            episodes=indices,
+            seed=seed,
+            limits=limits,
+            env_kwargs=env_kwargs,
+            on_episode=record,
+            address=address,
+        )
+    async def run_then_close_policy() -> BatchResult:
+        try:
+            return await batch_run
+        finally:
+            await player.close()  # the HTTP connection pool or local model lives in this loop
+
     try:
         with progress:
-            result = asyncio.run(
-                run_batch(
-                    env_id,
-                    player,
-                    episodes=indices,
-                    seed=seed,
-                    limits=limits,
-                    env_kwargs=env_kwargs,
-                    on_episode=record,
-                )
-            )
+            result = asyncio.run(run_then_close_policy())
+    except RayWorkerLost as exc:
+        raise fail(exc) from exc
     except KeyboardInterrupt:
         if store is not None:
             store.close()

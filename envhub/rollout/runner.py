@@ -196,9 +196,7 @@ async def run_batch(
 ) -> BatchResult:
     """Play episodes (a count, or the indices still to run); episode i uses seed `seed + i`.
 
-    Each worker owns one environment and resets it between episodes, so expensive setup (a sandbox,
-    a browser) is paid once per worker. After an infrastructure failure the worker closes that
-    environment and makes a fresh one, since a crashed sandbox must not be reused.
+    `limits.concurrency` `EnvWorker`s take indices from one queue, each on its own environment.
     """
     limits = limits or RolloutLimits()
     indices = list(range(episodes)) if isinstance(episodes, int) else list(episodes)
@@ -213,51 +211,20 @@ async def run_batch(
     }
     done: list[Episode] = []
 
-    def deadline_for_episode() -> tuple[float | None, str]:
-        episode_deadline = None if limits.episode_timeout is None else loop.time() + limits.episode_timeout
-        if budget_deadline is not None and (episode_deadline is None or budget_deadline < episode_deadline):
-            return budget_deadline, f"the batch time budget ({limits.time_budget:g} s)"
-        return episode_deadline, f"the episode timeout ({limits.episode_timeout} s)"
-
-    async def play(env: Env, index: int) -> Episode:
-        deadline, reason = deadline_for_episode()
-        return await run_episode(
-            env,
-            policy,
-            seed=None if seed is None else seed + index,
-            episode_id=episode_id(index),
-            step_timeout=limits.step_timeout,
-            deadline=deadline,
-            deadline_reason=reason,
-        )
-
     async def worker() -> None:
-        env: Env | None = None
+        env_worker = EnvWorker(
+            env_id, env_kwargs or {}, policy, limits, seed=seed, backend_slots=backend_slots
+        )
         try:
             while not pending.empty():
                 if budget_deadline is not None and loop.time() >= budget_deadline:
                     return
-                index = pending.get_nowait()
-                for attempt in range(1, limits.retries + 2):
-                    env = env or make(env_id, **(env_kwargs or {}))
-                    backend = (env.spec.provenance.default_sandbox if env.spec else None) or "none"
-                    slot = backend_slots.get(backend)
-                    if slot is None:
-                        episode = await play(env, index)
-                    else:
-                        async with slot:
-                            episode = await play(env, index)
-                    episode = episode.model_copy(update={"attempts": attempt})
-                    if episode.error is None or episode.error.kind not in RETRYABLE:
-                        break
-                    await _close_quietly(env)  # a crashed sandbox or browser must not serve the retry
-                    env = None
+                episode = await env_worker.play(pending.get_nowait(), budget_deadline=budget_deadline)
                 done.append(episode)
                 if on_episode is not None:
                     on_episode(episode)
         finally:
-            if env is not None:
-                await _close_quietly(env)
+            await env_worker.close()
 
     async with asyncio.TaskGroup() as group:
         for _ in range(min(limits.concurrency, max(len(indices), 1))):
@@ -268,6 +235,88 @@ async def run_batch(
         not_started=not_started,
         wall_seconds=time.perf_counter() - started,
     )
+
+
+class EnvWorker:
+    """One environment playing episode after episode, with the runner's limits and retries.
+
+    The environment is reset between episodes, so expensive setup (a sandbox, a browser) is paid once
+    per worker; after an infrastructure failure it is closed and a fresh one made, since a crashed
+    sandbox must not be reused. Both backends (asyncio here, Ray actors) play episodes through it.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        env_kwargs: dict[str, Any],
+        policy: Policy,
+        limits: RolloutLimits,
+        *,
+        seed: int | None,
+        backend_slots: dict[str, asyncio.Semaphore] | None = None,
+    ) -> None:
+        self.env_id, self.env_kwargs, self.policy, self.limits = env_id, env_kwargs, policy, limits
+        self.seed = seed
+        self.backend_slots = backend_slots or {}
+        self.env: Env | None = None
+
+    async def play(self, index: int, *, budget_deadline: float | None = None) -> Episode:
+        """Play episode `index` (seed `seed + index`); `budget_deadline` is the batch's, in loop time."""
+        episode: Episode | None = None
+        for attempt in range(1, self.limits.retries + 2):
+            try:
+                env = self.env = self.env or make(self.env_id, **self.env_kwargs)
+            except Exception as exc:  # a sandbox that could not start: retried like any infrastructure error
+                episode = Episode(
+                    episode_id=episode_id(index),
+                    env_id=self.env_id,
+                    seed=None if self.seed is None else self.seed + index,
+                    policy=self.policy.name,
+                    policy_info=self.policy.info(),
+                    prompt=[],
+                    error=EpisodeError(kind="env_error", message=f"making the env failed: {_describe(exc)}"),
+                    attempts=attempt,
+                )
+                continue
+            backend = (env.spec.provenance.default_sandbox if env.spec else None) or "none"
+            slot = self.backend_slots.get(backend)
+            if slot is None:
+                episode = await self._play_once(env, index, budget_deadline)
+            else:
+                async with slot:
+                    episode = await self._play_once(env, index, budget_deadline)
+            episode = episode.model_copy(update={"attempts": attempt})
+            if episode.error is None:
+                break
+            # A crashed sandbox, or one whose step was cancelled midway, must not serve the next episode.
+            await _close_quietly(env)
+            self.env = None
+            if episode.error.kind not in RETRYABLE:
+                break
+        assert episode is not None  # the loop runs at least once
+        return episode
+
+    async def close(self) -> None:
+        if self.env is not None:
+            await _close_quietly(self.env)
+            self.env = None
+
+    async def _play_once(self, env: Env, index: int, budget_deadline: float | None) -> Episode:
+        limits = self.limits
+        loop = asyncio.get_running_loop()
+        deadline = None if limits.episode_timeout is None else loop.time() + limits.episode_timeout
+        reason = f"the episode timeout ({limits.episode_timeout or 0:g} s)"
+        if budget_deadline is not None and (deadline is None or budget_deadline < deadline):
+            deadline, reason = budget_deadline, f"the batch time budget ({limits.time_budget:g} s)"
+        return await run_episode(
+            env,
+            self.policy,
+            seed=None if self.seed is None else self.seed + index,
+            episode_id=episode_id(index),
+            step_timeout=limits.step_timeout,
+            deadline=deadline,
+            deadline_reason=reason,
+        )
 
 
 async def _close_quietly(env: Env) -> None:

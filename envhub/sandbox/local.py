@@ -610,8 +610,11 @@ def _open_dir_beneath(root: Path, parts: list[str], *, make: bool, uid: int) -> 
             except FileNotFoundError:
                 if not make:
                     raise
-                os.mkdir(part, 0o755, dir_fd=fd)
-                os.chown(part, uid, uid, dir_fd=fd, follow_symlinks=False)
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    os.chown(part, uid, uid, dir_fd=fd, follow_symlinks=False)
+                except FileExistsError:
+                    pass  # a concurrent write made it first
                 nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = nfd
@@ -624,8 +627,13 @@ def _open_dir_beneath(root: Path, parts: list[str], *, make: bool, uid: int) -> 
 def _write_beneath(root: Path, parts: list[str], data: bytes, mode: int, uid: int) -> None:
     dfd = _open_dir_beneath(root, parts[:-1], make=True, uid=uid)
     try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        # O_NONBLOCK: a named pipe planted by the sandbox must fail at once, not block a host thread.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         fd = os.open(parts[-1], flags, mode, dir_fd=dfd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise PermissionError(f"{'/'.join(parts)} is not a regular file; not written from the host")
+        os.ftruncate(fd, 0)
         with os.fdopen(fd, "wb") as f:
             os.fchown(f.fileno(), uid, uid)
             os.fchmod(f.fileno(), mode)
@@ -638,7 +646,9 @@ def _read_beneath(root: Path, parts: list[str]) -> bytes:
     dfd = _open_dir_beneath(root, parts[:-1], make=False, uid=-1)
     try:
         try:
-            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            # O_NONBLOCK: opening a named pipe planted by the sandbox must not block a host thread.
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+            fd = os.open(parts[-1], flags, dir_fd=dfd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise PermissionError(f"{'/'.join(parts)} is a symlink; not followed from the host") from exc

@@ -123,9 +123,15 @@ class BatchStore:
         pending = {
             e.episode_id: e for e in read_journal(self.root / JOURNAL) if e.episode_id not in self.done
         }
-        self._journal = (self.root / JOURNAL).open("w")  # start clean; recovered episodes are re-journaled
-        for episode in pending.values():
-            self.add(episode)
+        self._journal = (self.root / JOURNAL).open("a")
+        # Recovered episodes go straight into a shard and only then is the journal emptied, so a crash
+        # during recovery loses nothing either.
+        self._buffer = list(pending.values())
+        self.done.update(pending)
+        if self._buffer:
+            self._write_shard()
+        else:
+            self._journal.truncate(0)  # torn lines, or episodes already in a shard
         self._sync_manifest()
 
     def remaining(self) -> list[int]:

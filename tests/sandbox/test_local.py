@@ -249,3 +249,19 @@ async def test_closing_the_sandbox_stops_the_worker() -> None:
     await py.run("x = 1")
     await sb.close()
     assert not py.alive
+
+
+async def test_host_side_file_calls_refuse_named_pipes_instead_of_blocking() -> None:
+    async with sandbox.open("local") as sb:
+        await sb.exec("mkfifo /work/pipe", timeout=10)
+        with pytest.raises(IsADirectoryError):
+            await asyncio.wait_for(sb.read_file("pipe"), 10)
+        with pytest.raises(OSError, match=r"No such device or address|not a regular file"):
+            await asyncio.wait_for(sb.write_file("pipe", "x"), 10)
+
+
+async def test_parallel_writes_into_a_new_folder_all_succeed() -> None:
+    async with sandbox.open("local") as sb:
+        await asyncio.gather(*(sb.write_file(f"new/dir/f{i}.txt", str(i)) for i in range(40)))
+        listing = await sb.exec("ls /work/new/dir | wc -l", timeout=10)
+        assert listing.stdout.strip() == "40"

@@ -1,0 +1,365 @@
+"""Reward models: a sequence-classification model scores a conversation, in-process or over HTTP.
+
+Thousands of episodes end at about the same time, and scoring them one forward pass each would waste
+the accelerator, so the in-process model gathers requests that arrive together into micro-batches. The
+HTTP client speaks a small JSON protocol (`POST {base_url}/score`, see docs/judges.md) that
+`envhub.testing.reward_server` serves, and that a production scorer can implement in a few lines.
+
+torch and transformers are imported on first use, so `import envhub` stays light.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import threading
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from envhub.authoring.rewards import reward
+from envhub.core import InfrastructureError
+from envhub.messages import Message, assistant
+from envhub.policies.hf import template_message
+from envhub.policies.openai import RETRIED_STATUSES
+from envhub.rewards.conversation import as_messages, split_answer
+from envhub.text_format import render
+
+Prompt = str | list[Message]
+"""What the answer responds to: a user message's text, or the conversation before the answer."""
+
+INSTALL_HINT = "pip install 'envhub[hf]' (torch==2.13.0 and transformers)"
+
+
+class RewardModelError(InfrastructureError):
+    """The reward model could not score (server down, bad answer, a failed forward pass)."""
+
+
+@runtime_checkable
+class RewardModel(Protocol):
+    """Anything that scores answers: higher is better; scores are finite floats, unbounded in general."""
+
+    async def score(self, prompt: Prompt, answer: str) -> float: ...
+
+    async def score_batch(self, items: Sequence[tuple[Prompt, str]]) -> list[float]: ...
+
+    async def close(self) -> None: ...
+
+
+def conversation(prompt: Prompt, answer: str) -> list[Message]:
+    """The conversation a reward model reads: the prompt, then the answer as the assistant's turn."""
+    return [*as_messages(prompt), assistant(answer)]
+
+
+class _Scorer:
+    """What every reward model shares: one score is a batch of one, and any of them can be a reward."""
+
+    async def score_batch(self, items: Sequence[tuple[Prompt, str]]) -> list[float]:
+        raise NotImplementedError
+
+    async def score(self, prompt: Prompt, answer: str) -> float:
+        """The score of one answer (batched with whatever else is being scored at the time)."""
+        return (await self.score_batch([(prompt, answer)]))[0]
+
+    def as_reward(self, *, weight: float = 1.0) -> Callable[[Any, list[Message]], Awaitable[float]]:
+        """A reward method for an environment class: `preference = model.as_reward()`.
+
+        It scores the agent's last message given the conversation before it.
+        """
+        scorer = self
+
+        async def scored(env: Any, messages: list[Message]) -> float:
+            prompt, answer = split_answer(messages)
+            return await scorer.score(prompt, answer)
+
+        return reward(weight=weight)(scored)
+
+    async def close(self) -> None:
+        return None
+
+
+@dataclass
+class _Queue:
+    """Conversations waiting for a forward pass in one event loop, and the task that drains them."""
+
+    waiting: deque[tuple[list[Message], asyncio.Future[float]]] = field(default_factory=deque)
+    drainer: asyncio.Task[None] | None = None
+
+
+class LocalRewardModel(_Scorer):
+    """A transformers sequence-classification model (`num_labels=1`) in `model_dir`, run in this process.
+
+    Conversations are rendered with the tokenizer's chat template (or, without one or with
+    `chat_template=False`, as `role: text` paragraphs). Concurrent requests are gathered for up to
+    `max_wait` seconds into batches of at most `batch_size`, and each batch runs in a worker thread;
+    a lock lets one forward pass run at a time, so one model can serve several event loops and threads.
+    `forward_passes` counts them.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        batch_size: int = 8,
+        device: str = "cpu",
+        max_wait: float = 0.005,
+        max_length: int | None = None,
+        chat_template: bool = True,
+    ) -> None:
+        path = Path(model_dir)
+        if not (path / "config.json").is_file():
+            raise ValueError(
+                f"{path} is not a model directory (no config.json); save one with save_pretrained"
+            )
+        if batch_size < 1 or max_wait < 0:
+            raise ValueError(f"need batch_size >= 1 and max_wait >= 0, got {batch_size} and {max_wait}")
+        self.model_dir = path
+        self.batch_size = batch_size
+        self.device = device
+        self.max_wait = max_wait
+        self.max_length = max_length
+        self.chat_template = chat_template
+        self.forward_passes = 0
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def load(self) -> None:
+        """Load the model and tokenizer now (blocking; the async methods do it in a worker thread)."""
+        with self._lock:
+            self._load()
+
+    def _load(self) -> None:
+        if self._model is not None:
+            return
+        try:
+            import torch  # noqa: F401  (fail here, with the install hint, rather than inside transformers)
+            from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+        except ImportError as exc:
+            raise ImportError(
+                f"LocalRewardModel needs torch and transformers: {INSTALL_HINT} ({exc})"
+            ) from exc
+        config = AutoConfig.from_pretrained(self.model_dir, local_files_only=True)
+        if config.num_labels != 1:  # checked before loading, which would re-initialise a mismatched head
+            raise ValueError(
+                f"{self.model_dir} has {config.num_labels} output labels; a reward model has one "
+                "(num_labels=1), whose logit is the score"
+            )
+        tokenizer = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True)
+        model: Any = AutoModelForSequenceClassification.from_pretrained(self.model_dir, local_files_only=True)
+        if tokenizer.pad_token is None:  # common for Llama-family reward models; padding is masked anyway
+            tokenizer.pad_token = tokenizer.eos_token
+        if model.config.pad_token_id is None:
+            model.config.pad_token_id = tokenizer.pad_token_id
+        self._tokenizer = tokenizer
+        self._model = model.to(self.device).eval()
+
+    def render(self, messages: list[Message]) -> str:
+        """The text the model reads for a conversation (loads the tokenizer when needed)."""
+        with self._lock:
+            self._load()
+            return self._render(messages)
+
+    def _render(self, messages: list[Message]) -> str:
+        if self.chat_template and getattr(self._tokenizer, "chat_template", None):
+            text: str = self._tokenizer.apply_chat_template(
+                [template_message(m) for m in messages], tokenize=False
+            )
+            return text
+        return "\n\n".join(f"{m.role}: {render([m])}" for m in messages)
+
+    def forward(self, conversations: list[list[Message]]) -> list[float]:
+        """Score conversations in one forward pass, blocking; the async methods batch into this."""
+        import torch
+
+        with self._lock:
+            self._load()
+            templated = self.chat_template and bool(getattr(self._tokenizer, "chat_template", None))
+            encoded = self._tokenizer(
+                [self._render(c) for c in conversations],
+                padding=True,
+                truncation=self.max_length is not None,
+                max_length=self.max_length,
+                add_special_tokens=not templated,  # the template already wrote them
+                return_tensors="pt",
+            ).to(self.device)
+            with torch.inference_mode():
+                logits = self._model(**encoded).logits
+            self.forward_passes += 1
+            return [float(v) for v in logits[:, 0].float().cpu()]
+
+    async def score_batch(self, items: Sequence[tuple[Prompt, str]]) -> list[float]:
+        """Scores for (prompt, answer) pairs, micro-batched with any other requests in flight."""
+        if not items:
+            return []
+        loop = asyncio.get_running_loop()
+        queue = self._queues.get(loop)
+        if queue is None:
+            queue = self._queues[loop] = _Queue()
+        futures = []
+        for prompt, answer in items:
+            future: asyncio.Future[float] = loop.create_future()
+            queue.waiting.append((conversation(prompt, answer), future))
+            futures.append(future)
+        if queue.drainer is None or queue.drainer.done():
+            queue.drainer = loop.create_task(self._drain(queue))
+        return list(await asyncio.gather(*futures))
+
+    async def _drain(self, queue: _Queue) -> None:
+        while queue.waiting:
+            if len(queue.waiting) < self.batch_size and self.max_wait > 0:
+                await asyncio.sleep(self.max_wait)  # let requests that arrive together share the pass
+            size = min(self.batch_size, len(queue.waiting))
+            batch = [queue.waiting.popleft() for _ in range(size)]
+            batch = [(c, f) for c, f in batch if not f.done()]  # callers that were cancelled
+            if not batch:
+                continue
+            try:
+                scores = await asyncio.to_thread(self.forward, [c for c, _ in batch])
+            except (ImportError, ValueError, OSError) as exc:  # misconfiguration: say so as it is
+                failure: BaseException = exc
+            except Exception as exc:
+                failure = RewardModelError(
+                    f"the reward model in {self.model_dir} failed a forward pass of {len(batch)} "
+                    f"conversations: {type(exc).__name__}: {exc}"
+                )
+                failure.__cause__ = exc
+            else:
+                for (_, future), value in zip(batch, scores, strict=True):
+                    if not future.done():
+                        future.set_result(value)
+                continue
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(failure)
+
+    async def close(self) -> None:
+        """Free the model; it is loaded again if used after."""
+        with self._lock:
+            self._model = None
+            self._tokenizer = None
+
+
+class _Transient(Exception):
+    """A failure worth another attempt: the server is unreachable, slow, overloaded or rate-limiting."""
+
+
+class HTTPRewardModel(_Scorer):
+    """A reward model behind `POST {base_url}/score`: `{"inputs": [conversation, ...]}` -> `{"scores": [..]}`.
+
+    Each conversation is a list of OpenAI-format messages ending with the assistant's answer. Transient
+    failures (unreachable, timeouts, 429 and 5xx) are retried `max_retries` times with jittered backoff;
+    anything else, or a malformed answer, raises RewardModelError at once. Batches larger than `max_batch`
+    are split into several requests.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 10.0,
+        max_batch: int = 64,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"the reward model URL must start with http:// or https://, got {base_url!r}")
+        if timeout <= 0 or max_retries < 0 or max_batch < 1:
+            raise ValueError(
+                f"need timeout > 0, max_retries >= 0 and max_batch >= 1; "
+                f"got {timeout}, {max_retries} and {max_batch}"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.url = f"{self.base_url}/score"
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.max_batch = max_batch
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # httpx clients belong to the event loop that made them, so each loop gets its own
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def score_batch(self, items: Sequence[tuple[Prompt, str]]) -> list[float]:
+        inputs = [[m.to_openai() for m in conversation(p, a)] for p, a in items]
+        chunks = [inputs[i : i + self.max_batch] for i in range(0, len(inputs), self.max_batch)]
+        results = await asyncio.gather(*(self._post(chunk) for chunk in chunks))
+        return [score for chunk in results for score in chunk]
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = httpx.AsyncClient(headers=self._headers, timeout=self.timeout)
+        return client
+
+    def _wait(self, state: RetryCallState) -> float:
+        exponential = self.backoff * 2.0 ** (state.attempt_number - 1)
+        return min(self.max_backoff, exponential + random.uniform(0, self.backoff))
+
+    async def _post(self, inputs: list[list[dict[str, Any]]]) -> list[float]:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Transient),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._post_once(inputs)
+        except _Transient as exc:
+            raise RewardModelError(
+                f"the reward model at {self.url} {exc} after {self.max_retries + 1} attempts; is the server "
+                "running and healthy? HTTPRewardModel(max_retries=...) allows more attempts"
+            ) from None
+        raise AssertionError("unreachable: tenacity either returns, retries or re-raises")
+
+    async def _post_once(self, inputs: list[list[dict[str, Any]]]) -> list[float]:
+        try:
+            response = await self._client().post(self.url, json={"inputs": inputs})
+        except httpx.TimeoutException as exc:
+            raise _Transient(f"did not answer within {self.timeout} s") from exc
+        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+            raise _Transient(f"could not be reached ({type(exc).__name__}: {exc})") from exc
+        if response.status_code in RETRIED_STATUSES:
+            raise _Transient(f"answered {response.status_code} ({response.text[:200]!r})")
+        if response.status_code != 200:
+            raise RewardModelError(
+                f"the reward model at {self.url} rejected the request with {response.status_code} "
+                f"({response.text[:300]!r}); this is not retried"
+            )
+        try:
+            scores = response.json()["scores"]
+            values = [float(s) for s in scores]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RewardModelError(
+                f'the reward model at {self.url} answered a body that is not {{"scores": [numbers]}}: '
+                f"{response.text[:300]!r}"
+            ) from exc
+        if len(values) != len(inputs) or not all(math.isfinite(v) for v in values):
+            raise RewardModelError(
+                f"the reward model at {self.url} answered {len(values)} scores for {len(inputs)} inputs, "
+                f"or a score that is not finite: {values[:8]}"
+            )
+        return values
+
+    async def close(self) -> None:
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        self._clients.clear()
+        if client is not None:
+            await client.aclose()
