@@ -142,6 +142,7 @@ def rollout(
             on_episode=record,
             address=address,
         )
+
     async def run_then_close_policy() -> BatchResult:
         try:
             return await batch_run
