@@ -171,7 +171,8 @@ class LocalSandbox(Sandbox):
         try:
             await slot.kill_all()  # a crashed owner may have left processes behind
             slot.limit(policy)
-            scratch = Path(tempfile.mkdtemp(prefix="envhub-sandbox-"))
+            _sweep_stale_scratch()
+            scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
             if os.geteuid() == 0:
                 _mount_tmpfs(
                     str(scratch),
@@ -581,6 +582,26 @@ def _empty_areas(areas: list[Path], uid: int) -> None:
         shutil.rmtree(area)
         area.mkdir(mode=0o700)
         os.chown(area, uid, uid)
+
+
+SCRATCH_PREFIX = "envhub-sandbox-"
+_swept = False
+
+
+def _sweep_stale_scratch() -> None:
+    """Remove scratch areas whose owning process is gone (it was SIGKILLed before it could clean up).
+
+    Scratch directories are named after the owner's pid, so a later process can tell the dead from the
+    living; this runs once per process, before its first sandbox.
+    """
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        owner = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            _remove_scratch(path)
 
 
 def _remove_scratch(scratch: Path) -> None:

@@ -265,3 +265,27 @@ async def test_parallel_writes_into_a_new_folder_all_succeed() -> None:
         await asyncio.gather(*(sb.write_file(f"new/dir/f{i}.txt", str(i)) for i in range(40)))
         listing = await sb.exec("ls /work/new/dir | wc -l", timeout=10)
         assert listing.stdout.strip() == "40"
+
+
+def test_scratch_left_by_a_killed_process_is_swept_by_the_next_one() -> None:
+    """A host process SIGKILLed mid-sandbox cannot clean up; the next envhub process must."""
+    code = (
+        "import asyncio, os, envhub.sandbox as s\n"
+        "async def main():\n"
+        "    sb = await s.open('local')\n"
+        "    print(sb._scratch, flush=True)\n"
+        "    os.kill(os.getpid(), 9)\n"
+        "asyncio.run(main())\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    leftover = Path(killed.stdout.strip())
+    assert killed.returncode == -9 and leftover.is_dir()
+    sweep = (
+        "import asyncio, envhub.sandbox as s\n"
+        "async def main():\n"
+        "    async with s.open('local'): pass\n"
+        "asyncio.run(main())\n"
+    )
+    subprocess.run([sys.executable, "-c", sweep], check=True, timeout=60)
+    assert not leftover.exists()
+    assert str(leftover) not in Path("/proc/self/mounts").read_text()

@@ -1,0 +1,276 @@
+"""Grade Python code against hidden tests in a fresh sandbox, so that the code cannot forge its grade.
+
+The design, and what each part stops (`docs/rewards.md` has the full list):
+
+- A fresh sandbox per grade: nothing the agent did in its own session (files, processes, patched
+  modules) is there, and the sandbox is closed afterwards, with everything the solution started.
+- The hidden tests never touch the sandbox's disk: they reach the grader process on its stdin.
+- No pytest, no unittest: a small grader of our own, so conftest.py, plugins and framework patches have
+  nothing to patch.
+- Two processes: the solution runs in a child that gets each test's *probe* (`add(2, 3)`) but never its
+  *check* (`result == 5`); the trusted parent judges the value the child returns. Values travel as
+  exact builtin types, so an object whose `__eq__` is always true cannot even be sent.
+- The parent is non-dumpable and signs its report with an HMAC keyed by a per-grade nonce the solution
+  never sees; printed "passed" lines, results files and exit codes of the solution count for nothing.
+- Every test must be answered: a solution that exits, hangs, or kills the grader fails the tests it did
+  not answer; a report that is unsigned, incomplete or from a failed run scores 0 across the board.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envhub.core import InfrastructureError
+from envhub.sandbox import Backend, IsolationPolicy, IsolationReport
+from envhub.sandbox import open as open_sandbox
+
+_HERE = Path(__file__).parent
+GRADER_SOURCE = (_HERE / "_grader.py").read_text()
+PROBE_SOURCE = (_HERE / "_probe.py").read_text()
+VERIFIER_HASH = hashlib.sha256((GRADER_SOURCE + PROBE_SOURCE).encode()).hexdigest()[:16]
+"""Recorded with grades: which grader judged them."""
+
+GRADE_POLICY = IsolationPolicy(memory_mb=512, pids=64, cpus=1.0, wall_time_s=60.0, disk_mb=64)
+"""No network, small limits: enough for a test suite of small functions."""
+
+SIGNED = "ENVHUB-GRADE "
+
+
+class HiddenTest(BaseModel):
+    """One test: `probe` runs beside the solution; `check` judges its value where the solution can't reach.
+
+    `check` is a Python expression over `result` (the probe's value, rebuilt from plain builtins) and
+    the names of the prelude; `same(a, b)` is a type-strict equality. A test with `check=None` is a
+    *statement* test (loops over the solution, say): it runs entirely beside the solution, with `==`
+    made type-strict, and passes if it raises nothing. Its verdict is less trustworthy (`trusted=False`
+    in the results); use it only for tests that cannot be split into a probe and a check.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    probe: str
+    check: str | None
+    source: str = ""
+    """The test as a person would read it (`assert add(2, 3) == 5`), for prompts and logs."""
+    timeout_s: float = Field(5.0, gt=0)
+
+    @classmethod
+    def returns(cls, name: str, call: str, expected: object, *, timeout_s: float = 5.0) -> HiddenTest:
+        """`call` must return exactly `expected` (a builtin value), types included."""
+        try:
+            readable = ast.literal_eval(repr(expected)) == expected
+        except (ValueError, SyntaxError):
+            readable = False
+        if not readable:
+            raise ValueError(
+                f"expected values must be builtin literals whose repr reads back (got {expected!r}); "
+                "write the check by hand, e.g. check='math.isinf(result)'"
+            )
+        return cls(
+            name=name,
+            probe=call,
+            check=f"same(result, {expected!r})",
+            source=f"assert {call} == {expected!r}",
+            timeout_s=timeout_s,
+        )
+
+
+class TestResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    passed: bool
+    error: str | None = None
+    trusted: bool = True
+    """False for statement tests, whose verdict came from beside the solution."""
+
+
+class GradeEvidence(BaseModel):
+    """What the grade rests on, so a suspicious reward can be audited."""
+
+    model_config = ConfigDict(frozen=True)
+
+    exit_code: int
+    timed_out: bool
+    tests_expected: int
+    tests_reported: int
+    signature_ok: bool
+    """Every grader line carried a valid HMAC for this grade's nonce, and none was forged."""
+    grader_private: bool
+    """The grader made itself non-dumpable (its memory and fds closed to the solution's uid)."""
+    solution_processes: int
+    """Child processes started for the solution (1 + one per test that crashed or hung it)."""
+    problem: str | None = None
+    """Why the grade is void (scored 0), if it is."""
+    duration_s: float
+    verifier: str = VERIFIER_HASH
+
+
+class GradeReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    results: list[TestResult]
+    passed_fraction: float
+    all_passed: bool
+    valid: bool
+    """The grader ran every test and signed a complete report; otherwise every test counts as failed."""
+    evidence: GradeEvidence
+    isolation: IsolationReport | None = None
+
+    def fraction(self, names: set[str]) -> float:
+        """The passed fraction over a subset of the tests (e.g. the public ones)."""
+        chosen = [r for r in self.results if r.name in names]
+        return sum(r.passed for r in chosen) / len(chosen) if chosen and self.valid else 0.0
+
+
+async def grade_python(
+    solution: str | dict[str, str],
+    tests: list[HiddenTest],
+    *,
+    prelude: str = "",
+    module: str = "solution",
+    policy: IsolationPolicy | None = None,
+    backend: Backend = "local",
+    import_timeout_s: float = 10.0,
+    time_limit_s: float = 30.0,
+) -> GradeReport:
+    """Run `tests` against `solution` (source of `solution.py`, or files by path) in a fresh sandbox.
+
+    Each test has its own timeout; `time_limit_s` caps the whole suite (tests left when it runs out
+    fail), so a solution that hangs every test costs seconds, not minutes. `prelude` is test code
+    both sides run first (imports, helper functions): it is visible to the solution, so it must hold no
+    expected values. Raises InfrastructureError if the sandbox or the
+    grader itself could not run (the runner retries those); everything the solution does scores.
+    """
+    if not tests:
+        raise ValueError("grade_python needs at least one test")
+    names = [t.name for t in tests]
+    if len(set(names)) != len(names):
+        raise ValueError(f"test names must be unique, got {names}")
+    files = {f"{module}.py": solution} if isinstance(solution, str) else dict(solution)
+    policy = policy or GRADE_POLICY
+    if time_limit_s + 5 > policy.wall_time_s:
+        raise ValueError(
+            f"time_limit_s={time_limit_s:g} leaves no room inside the sandbox's wall time "
+            f"({policy.wall_time_s:g} s); lower it or raise the policy's wall_time_s"
+        )
+    nonce = secrets.token_bytes(32)
+    payload = {
+        "nonce": nonce.hex(),
+        "workdir": policy.workdir,
+        "module": module,
+        "prelude": prelude,
+        "probe_source": PROBE_SOURCE,
+        "import_timeout": import_timeout_s,
+        "time_limit": time_limit_s,
+        "tests": [
+            {
+                "probe": t.probe,
+                "check": t.check,
+                "mode": "statement" if t.check is None else "probe",
+                "timeout": t.timeout_s,
+            }
+            for t in tests
+        ],
+    }
+    started = time.perf_counter()
+    async with open_sandbox(backend, policy=policy) as sb:
+        for path, text in files.items():
+            await sb.write_file(path, text)
+        # Only now, and only through the grader's stdin, do the tests enter the sandbox.
+        run = await sb.exec(
+            ["python3", "-I", "-S", "-c", GRADER_SOURCE], stdin=json.dumps(payload), cwd="/tmp"
+        )
+        isolation = sb.report()
+    duration = time.perf_counter() - started
+    records, forged = _signed_records(run.stdout, nonce)
+    start = next((r for r in records if r.get("event") == "started"), None)
+    if start is None:
+        raise InfrastructureError(
+            f"the grader did not start in the {backend} sandbox (exit {run.exit_code}): "
+            f"{run.stderr.strip()[-2000:] or 'no output'}"
+        )
+    error = next((r for r in records if r.get("event") == "error"), None)
+    if error is not None:
+        raise ValueError(f"the hidden tests are broken: {error.get('message')}")
+    done = next((r for r in records if r.get("event") == "done"), None)
+    reported = done.get("results") if done else None
+    problem = None
+    if forged:
+        problem = "lines imitating the grader's report were printed"
+    elif start.get("private") is not True:
+        problem = "the grader could not make itself non-dumpable, so its key was within the solution's reach"
+    elif run.timed_out:
+        problem = f"grading ran past the sandbox's wall time ({policy.wall_time_s:g} s)"
+    elif not isinstance(reported, list):
+        problem = f"the grader was stopped before it reported (exit {run.exit_code})"
+    elif run.exit_code != 0:
+        problem = f"the grader exited with status {run.exit_code}"
+    elif len(reported) != len(tests) or not all(isinstance(r, dict) for r in reported):
+        problem = f"the grader reported {len(reported)} results for {len(tests)} tests"
+    results: list[TestResult] = []
+    for i, test in enumerate(tests):
+        entry = reported[i] if problem is None and isinstance(reported, list) else None
+        if entry is None:
+            results.append(TestResult(name=test.name, passed=False, error=problem or "not run"))
+        else:
+            results.append(
+                TestResult(
+                    name=test.name,
+                    passed=entry.get("passed") is True,
+                    error=entry.get("error"),
+                    trusted=test.check is not None,
+                )
+            )
+    valid = problem is None
+    passed = sum(r.passed for r in results) if valid else 0
+    evidence = GradeEvidence(
+        exit_code=run.exit_code,
+        timed_out=run.timed_out,
+        tests_expected=len(tests),
+        tests_reported=len(reported) if isinstance(reported, list) else 0,
+        signature_ok=not forged,
+        grader_private=bool(start.get("private")),
+        solution_processes=int(str(done.get("children", 0))) if done else 0,
+        problem=problem,
+        duration_s=duration,
+    )
+    return GradeReport(
+        results=results,
+        passed_fraction=passed / len(tests),
+        all_passed=valid and passed == len(tests),
+        valid=valid,
+        evidence=evidence,
+        isolation=isolation,
+    )
+
+
+def _signed_records(stdout: str, key: bytes) -> tuple[list[dict[str, object]], bool]:
+    """The grader's records whose HMAC checks out; and whether any line claimed to be one and failed."""
+    records: list[dict[str, object]] = []
+    forged = False
+    for line in stdout.splitlines():
+        if not line.startswith(SIGNED):
+            continue  # the grader prints nothing else; anything else is noise, never evidence
+        mac, _, body = line[len(SIGNED) :].partition(" ")
+        expected = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(mac, expected):
+            forged = True
+            continue
+        try:
+            record = json.loads(body)
+        except ValueError:
+            forged = True
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records, forged

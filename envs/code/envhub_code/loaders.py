@@ -1,0 +1,180 @@
+"""Tasks from HumanEval-style and MBPP-style files (JSONL or Parquet) at a path the user gives.
+
+Their tests are assertions (`assert candidate(2, 3) == 5`). Each top-level assertion is split into a
+probe (every call of the solution in it: `candidate(2, 3)`) and a check (the assertion with those calls
+replaced by `result`), so the solution never sees what it is compared with and the comparison runs in
+the grader. Assertions that cannot be split (inside a loop, or using the solution other than by calling
+it) become statement tests, run beside the solution with type-strict `==`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+from typing import Any
+
+from envhub.verifiers import HiddenTest
+from envhub_code.tasks import CodeTask
+
+PUBLIC_FROM_TESTS = 1
+"""Assertions shown to the agent as examples: the first one of each task."""
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a `.jsonl` / `.json` (one object a line, or a list) or `.parquet` file."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"no task file at {p}; give the path of a .jsonl or .parquet file")
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows: list[dict[str, Any]] = pq.read_table(p).to_pylist()
+        return rows
+    text = p.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        data = json.loads(text)
+        return [dict(row) for row in data]
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def load_humaneval(path: str | Path) -> list[CodeTask]:
+    """HumanEval's columns: task_id, prompt, canonical_solution, test (a `check(candidate)`), entry_point."""
+    tasks = []
+    for n, row in enumerate(read_rows(path)):
+        missing = {"prompt", "canonical_solution", "test", "entry_point"} - set(row)
+        if missing:
+            raise ValueError(f"{path}: row {n} lacks the HumanEval field(s) {sorted(missing)}")
+        entry = str(row["entry_point"])
+        prelude, tests = _humaneval_tests(str(row["test"]), entry)
+        tasks.append(
+            CodeTask(
+                id=str(row.get("task_id", f"humaneval-{n}")),
+                statement=(
+                    f"Complete the Python function `{entry}`; reply with the whole module, prompt "
+                    f"included.\n\n```python\n{str(row['prompt']).rstrip()}\n```"
+                ),
+                entry_point=entry,
+                reference=str(row["prompt"]) + str(row["canonical_solution"]),
+                public_tests=tests[:PUBLIC_FROM_TESTS],
+                hidden_tests=tests,
+                prelude=prelude,
+                source=f"humaneval:{Path(path).name}",
+            )
+        )
+    return tasks
+
+
+def load_mbpp(path: str | Path) -> list[CodeTask]:
+    """MBPP's columns: task_id, text (or prompt), code, test_list, optional test_setup_code and
+    challenge_test_list."""
+    tasks = []
+    for n, row in enumerate(read_rows(path)):
+        text = row.get("text") or row.get("prompt")
+        if not text or "code" not in row or "test_list" not in row:
+            raise ValueError(f"{path}: row {n} needs the MBPP fields text (or prompt), code and test_list")
+        code = str(row["code"])
+        names = {
+            node.name for node in ast.parse(code).body if isinstance(node, ast.FunctionDef | ast.ClassDef)
+        }
+        asserts = [str(t) for t in list(row["test_list"]) + list(row.get("challenge_test_list") or [])]
+        tests = _assertion_tests(asserts, names)
+        entry = sorted(names)[0] if names else "solution"
+        examples = "\n".join(asserts[:PUBLIC_FROM_TESTS])
+        tasks.append(
+            CodeTask(
+                id=f"mbpp-{row.get('task_id', n)}",
+                statement=f"{str(text).strip()}\n\nYour code should pass tests like this one:\n{examples}",
+                entry_point=entry,
+                reference=code,
+                public_tests=tests[:PUBLIC_FROM_TESTS],
+                hidden_tests=tests,
+                prelude=str(row.get("test_setup_code") or ""),
+                source=f"mbpp:{Path(path).name}",
+            )
+        )
+    return tasks
+
+
+def _humaneval_tests(test_module: str, entry: str) -> tuple[str, list[HiddenTest]]:
+    """(prelude, tests) from a HumanEval test module: everything but `check` is prelude."""
+    tree = ast.parse(test_module)
+    check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+    if check is None:
+        raise ValueError(f"the HumanEval test for {entry} defines no check(candidate)")
+    prelude = [ast.unparse(n) for n in tree.body if n is not check]
+    param = check.args.args[0].arg if check.args.args else "candidate"
+    body = [n for n in check.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    tests_itself = (ast.Assert, ast.For, ast.While, ast.If, ast.With, ast.Try)
+    if any(not isinstance(n, tests_itself) and _uses(n, {param}) for n in body):
+        # The solution's results flow through variables: keep the body whole, as one statement test.
+        statements = ["\n".join(ast.unparse(n) for n in body)]
+    else:
+        statements = [ast.unparse(n) for n in body if _uses(n, {param})]  # asserts and loops over them
+        prelude += [ast.unparse(n) for n in body if not _uses(n, {param})]  # imports, helper values
+    tests = _assertion_tests(statements, {param}, rename={param: entry})
+    return "\n".join(prelude), tests
+
+
+def _assertion_tests(
+    statements: list[str], solution_names: set[str], rename: dict[str, str] | None = None
+) -> list[HiddenTest]:
+    rename = rename or {}
+    tests = []
+    for i, text in enumerate(statements):
+        body = ast.parse(text).body
+        name = f"test-{i}"
+        split = (
+            _split(body[0], solution_names) if len(body) == 1 and isinstance(body[0], ast.Assert) else None
+        )
+        if split is None:
+            aliases = "".join(f"{old} = {new}\n" for old, new in rename.items())
+            tests.append(HiddenTest(name=name, probe=aliases + text, check=None, source=text))
+            continue
+        probes, check = split
+        calls = [ast.unparse(_Rename(rename).visit(p)) for p in probes]
+        probe = calls[0] if len(calls) == 1 else f"({', '.join(calls)},)"
+        tests.append(HiddenTest(name=name, probe=probe, check=check, source=text))
+    return tests
+
+
+def _uses(node: ast.AST, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.Name(self.names.get(node.id, node.id), node.ctx)
+
+
+class _Probes(ast.NodeTransformer):
+    """Replace each outermost call of the solution by `result` (or `result[i]`), collecting the calls."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self.calls: list[ast.Call] = []
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        if isinstance(node.func, ast.Name) and node.func.id in self.names:
+            self.calls.append(node)
+            return ast.Name(f"__probe_{len(self.calls) - 1}", ast.Load())
+        return self.generic_visit(node)
+
+
+def _split(node: ast.Assert, names: set[str]) -> tuple[list[ast.Call], str] | None:
+    """(probe calls, check) for `assert <expr>`, or None when the solution is used other than by calls."""
+    finder = _Probes(names)
+    expr = finder.visit(ast.parse(ast.unparse(node.test), mode="eval").body)
+    if not finder.calls or _uses(expr, names):
+        return None
+    if any(isinstance(n, ast.Lambda | ast.comprehension | ast.NamedExpr) for n in ast.walk(expr)):
+        return None  # names bound inside the assertion could not reach the probe
+    check = ast.unparse(expr)
+    if len(finder.calls) == 1:
+        return finder.calls, check.replace("__probe_0", "result")
+    for i in reversed(range(len(finder.calls))):  # __probe_10 before __probe_1
+        check = check.replace(f"__probe_{i}", f"result[{i}]")
+    return finder.calls, check
