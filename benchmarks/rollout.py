@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 from typing import Any
@@ -126,31 +127,36 @@ async def direct_sandbox(execs: int, concurrency: int) -> float:
     return execs / elapsed
 
 
-async def through_runner(
-    env_id: str, episodes: int, concurrency: int, backend: str
-) -> tuple[float, list[float], int]:
+async def through_runner(env_id: str, episodes: int, concurrency: int) -> tuple[float, list[float], int]:
     """Steps per second, step latencies and failures of a batch run by the runner."""
     policy = Timed()
     limits = RolloutLimits(concurrency=concurrency)
     started = time.perf_counter()
-    if backend == "ray":
-        from envhub.rollout.ray_backend import run_batch_ray
-
-        result = await run_batch_ray(
-            env_id,
-            "scripted",
-            episodes=range(episodes),
-            seed=0,
-            limits=limits,
-            env_kwargs={},
-            on_episode=None,
-        )
-    else:
-        result = await run_batch(env_id, policy, episodes=episodes, limits=limits)
+    result = await run_batch(env_id, policy, episodes=episodes, limits=limits)
     elapsed = time.perf_counter() - started
     steps = sum(len(e.turns) for e in result.episodes)
     failures = sum(e.error is not None for e in result.episodes)
     return steps / elapsed, policy.gaps, failures
+
+
+async def local_vs_ray(env_id: str, episodes: int, concurrency: int) -> tuple[float, float]:
+    """Episodes per second of the same batch (installed env, oracle policy) on both backends."""
+    import ray
+
+    from envhub.policies import OraclePolicy
+    from envhub.rollout.ray_backend import run_batch_ray
+
+    limits = RolloutLimits(concurrency=concurrency)
+    started = time.perf_counter()
+    await run_batch(env_id, OraclePolicy(), episodes=episodes, limits=limits)
+    local = episodes / (time.perf_counter() - started)
+    started = time.perf_counter()
+    await run_batch_ray(
+        env_id, "oracle", episodes=range(episodes), seed=0, limits=limits, env_kwargs={}, on_episode=None
+    )
+    on_ray = episodes / (time.perf_counter() - started)
+    assert ray.is_initialized()
+    return local, on_ray
 
 
 def main() -> None:
@@ -159,6 +165,8 @@ def main() -> None:
     parser.add_argument("--sandbox-episodes", type=int, default=24, help="sandboxed episodes per row")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--ray", action="store_true", help="also compare the local and Ray backends")
+    parser.add_argument("--ray-episodes", type=int, default=64)
     args = parser.parse_args()
     Noop.max_turns = SandboxedCode.max_turns = args.steps
     envhub.register("bench/noop-v0", Noop)
@@ -177,9 +185,7 @@ def main() -> None:
     ):
         table.add_column(column, justify="right")
     for concurrency in args.concurrency:
-        rate, gaps, failures = asyncio.run(
-            through_runner("bench/noop-v0", args.episodes, concurrency, "local")
-        )
+        rate, gaps, failures = asyncio.run(through_runner("bench/noop-v0", args.episodes, concurrency))
         table.add_row(
             str(concurrency),
             f"{rate:,.0f}",
@@ -206,7 +212,7 @@ def main() -> None:
         table.add_column(column, justify="right")
     for concurrency in [c for c in args.concurrency if c <= 8]:
         rate, gaps, failures = asyncio.run(
-            through_runner("bench/sandboxed-code-v0", args.sandbox_episodes, concurrency, "local")
+            through_runner("bench/sandboxed-code-v0", args.sandbox_episodes, concurrency)
         )
         direct = asyncio.run(direct_sandbox(args.sandbox_episodes * args.steps, concurrency))
         table.add_row(
@@ -218,6 +224,25 @@ def main() -> None:
             f"{percentile(gaps, 99) * 1e3:.1f}",
             str(failures),
         )
+    console.print(table)
+    if not args.ray:
+        return
+    import ray
+
+    # A private instance ("local": never join a stale cluster), started once, outside the timings.
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    table = Table(
+        title=f"(c) local vs Ray backend, {args.ray_episodes} episodes, oracle policy (Ray already started)"
+    )
+    for column in ("env", "concurrency", "local episodes / s", "Ray episodes / s", "Ray / local"):
+        table.add_column(column, justify="right")
+    for env_id in ("arithmetic-v0", "code-single-v0"):
+        for concurrency in (1, 8):
+            local, on_ray = asyncio.run(local_vs_ray(env_id, args.ray_episodes, concurrency))
+            table.add_row(
+                env_id, str(concurrency), f"{local:,.1f}", f"{on_ray:,.1f}", f"{on_ray / local:.0%}"
+            )
+    ray.shutdown()
     console.print(table)
 
 
