@@ -18,21 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import select
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import urllib.request
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from envhub.messages import Message
+from envhub.testing.process import ServerProcess
 from envhub.text_format import render
 
 Reply = dict[str, Any]
@@ -237,45 +231,21 @@ def serve(host: str, port: int, model: str) -> None:
     server.serve_forever()
 
 
-class OpenAIServer:
+class OpenAIServer(ServerProcess):
     """A running fake server process: point a client at `base_url`, script it, read what it received."""
-
-    def __init__(self, process: subprocess.Popen[str], host: str, port: int) -> None:
-        self.process = process
-        self.host = host
-        self.port = port
 
     @classmethod
     def start(
         cls, *, model: str = "fake-model", host: str = "127.0.0.1", timeout: float = 30.0
     ) -> OpenAIServer:
         """Start a server on a free port of `host` and wait until it listens."""
-        source_root = str(Path(__file__).resolve().parents[2])
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [source_root, os.environ.get("PYTHONPATH")])),
-        }
-        command = [sys.executable, "-m", "envhub.testing.openai_server", "--host", host, "--port", "0"]
-        # stderr goes to a file, not a pipe: a pipe nobody reads would fill and stall the server
-        with tempfile.TemporaryFile(mode="w+") as errors:
-            process = subprocess.Popen(
-                [*command, "--model", model], stdout=subprocess.PIPE, stderr=errors, text=True, env=env
-            )
-            assert process.stdout is not None
-            ready, _, _ = select.select([process.stdout], [], [], timeout)
-            line = process.stdout.readline() if ready else ""
-            if not line.startswith("listening on "):
-                process.kill()
-                process.wait()
-                errors.seek(0)
-                raise RuntimeError(
-                    f"the fake OpenAI server did not start within {timeout} s: {errors.read()[-2000:]}"
-                )
-        return cls(process, host, int(line.split()[-1]))
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return cls.launch(
+            "envhub.testing.openai_server",
+            ["--model", model],
+            host=host,
+            timeout=timeout,
+            what="fake OpenAI server",
+        )
 
     @property
     def base_url(self) -> str:
@@ -301,25 +271,6 @@ class OpenAIServer:
         """Chat requests received since the last `script()`: `path`, `json` body, lower-case `headers`."""
         received: list[dict[str, Any]] = self._call("/_requests")
         return received
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-    def __enter__(self) -> OpenAIServer:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,20 +14,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import select
-import subprocess
-import sys
-import tempfile
 import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from envhub.messages import Message
 from envhub.rewards.reward_model import LocalRewardModel, RewardModelError
+from envhub.testing.process import ServerProcess
 
 
 def read_inputs(body: bytes) -> list[tuple[list[Message], str]]:
@@ -112,13 +107,8 @@ def serve(host: str, port: int, model: LocalRewardModel) -> None:
     server.serve_forever()
 
 
-class RewardServer:
+class RewardServer(ServerProcess):
     """A running reward-model server process: point `HTTPRewardModel(base_url)` at it."""
-
-    def __init__(self, process: subprocess.Popen[str], host: str, port: int) -> None:
-        self.process = process
-        self.host = host
-        self.port = port
 
     @classmethod
     def start(
@@ -132,30 +122,18 @@ class RewardServer:
         timeout: float = 120.0,
     ) -> RewardServer:
         """Start a server for `model_dir` on a free port of `host`; return once the model is loaded."""
-        source_root = str(Path(__file__).resolve().parents[2])
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [source_root, os.environ.get("PYTHONPATH")])),
-        }
-        command = [
-            *(sys.executable, "-m", "envhub.testing.reward_server", str(model_dir)),
-            *("--host", host, "--port", "0", "--batch-size", str(batch_size)),
-            *("--max-wait", str(max_wait), "--device", device),
+        args = [
+            str(model_dir),
+            "--batch-size",
+            str(batch_size),
+            "--max-wait",
+            str(max_wait),
+            "--device",
+            device,
         ]
-        # stderr goes to a file, not a pipe: a pipe nobody reads would fill and stall the server
-        with tempfile.TemporaryFile(mode="w+") as errors:
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
-            assert process.stdout is not None
-            ready, _, _ = select.select([process.stdout], [], [], timeout)
-            line = process.stdout.readline() if ready else ""
-            if not line.startswith("listening on "):
-                process.kill()
-                process.wait()
-                errors.seek(0)
-                raise RuntimeError(
-                    f"the reward server did not start within {timeout} s: {errors.read()[-2000:]}"
-                )
-        return cls(process, host, int(line.split()[-1]))
+        return cls.launch(
+            "envhub.testing.reward_server", args, host=host, timeout=timeout, what="reward server"
+        )
 
     @property
     def base_url(self) -> str:
@@ -166,25 +144,6 @@ class RewardServer:
         with urllib.request.urlopen(f"{self.base_url}/_stats", timeout=10) as response:
             stats: dict[str, Any] = json.loads(response.read())
             return stats
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-    def __enter__(self) -> RewardServer:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def main(argv: list[str] | None = None) -> None:
