@@ -3,32 +3,48 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PLUGINS := $(wildcard envs/*/pyproject.toml)
 
-.PHONY: install test lint demo bench clean
+.PHONY: install install-core bubblewrap test lint demo bench clean
 
-# Editable installs of the root package and every first-party plugin under envs/, with dev tools.
-$(VENV)/.installed: pyproject.toml $(PLUGINS)
+# The library and every first-party plugin under envs/, editable: enough for the demo.
+$(VENV)/.core: pyproject.toml $(PLUGINS)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e . $(addprefix -e ,$(dir $(PLUGINS)))
+	touch $@
+
+# Everything for development and the tests: all extras (torch CPU, Ray, Docker, ...) and the tools.
+$(VENV)/.installed: $(VENV)/.core
 	$(PY) -m pip install --quiet -e '.[dev]' $(addprefix -e ,$(dir $(PLUGINS)))
 	touch $@
 
+install-core: $(VENV)/.core
 install: $(VENV)/.installed
+
+# The local sandbox (the embedded default) runs code under bubblewrap.
+bubblewrap:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && apt-get install -y -q bubblewrap; \
+	  else echo "the local sandbox needs bubblewrap: sudo apt-get install bubblewrap" >&2; exit 1; fi; }
 
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy envhub envs tests
+	$(VENV)/bin/mypy envhub envs tests benchmarks
 
-test: lint
+test: lint bubblewrap
 	$(VENV)/bin/pytest
 
-# The main job on the embedded default: a batch of episodes with the bundled oracle policy.
-demo: install
-	$(VENV)/bin/envhub rollout arithmetic --policy oracle --episodes 64 --concurrency 8
-	$(VENV)/bin/envhub rollout guess-number --policy random:0 --episodes 64 --concurrency 8
+# The main job on the embedded default: batches of episodes written to Parquet, with summary tables.
+# Code written by the bundled oracle policy runs in the bubblewrap sandbox and is graded by hidden tests.
+demo: install-core bubblewrap
+	$(VENV)/bin/envhub rollout code-single --policy oracle --episodes 24 --out runs/demo-code --resume
+	$(VENV)/bin/envhub rollout guess-number --policy random:0 --episodes 64 --out runs/demo-guess --resume
+	$(VENV)/bin/envhub show runs/demo-code --limit 5
 
 bench: install
 	$(PY) benchmarks/step_overhead.py
+	$(PY) benchmarks/rollout.py --ray
+	$(PY) benchmarks/sandbox.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
