@@ -31,4 +31,8 @@ fi
 if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
     "$HERE/python/build.sh" "$IMAGE"
 fi
+SWE_IMAGE="${ENVHUB_SWE_MINI_IMAGE:-envhub/swe-mini:bookworm}"
+if ! docker image inspect "$SWE_IMAGE" >/dev/null 2>&1; then
+    "$HERE/swe-mini/build.sh" "$SWE_IMAGE"
+fi
 echo "sandbox prerequisites ready: $(bwrap --version), docker $(docker version --format '{{.Server.Version}}'), image $IMAGE"

@@ -1,0 +1,133 @@
+"""`envhub swe validate` and `envhub swe prepare`: check the SWE datasets' grading, and set up real repos.
+
+Needs the `envhub-swe` plugin (envs/swe); without it the commands say how to install it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from envhub.cli.app import app, console
+
+if TYPE_CHECKING:
+    from envhub_swe.validate import Validation
+
+swe = typer.Typer(
+    help="SWE-bench Lite and swe-mini: validate the grading, prepare local checkouts.", no_args_is_help=True
+)
+app.add_typer(swe, name="swe")
+
+
+def _plugin() -> None:
+    try:
+        import envhub_swe  # noqa: F401
+    except ImportError as exc:
+        console.print("[red]envhub-swe is not installed[/red]: pip install -e envs/swe")
+        raise typer.Exit(2) from exc
+
+
+@swe.command()
+def validate(
+    dataset: Annotated[str, typer.Option(help="swe-bench-lite or swe-mini")] = "swe-mini",
+    instances: Annotated[
+        list[str] | None, typer.Option("--instances", "-i", help="instance ids (default all)")
+    ] = None,
+    runtime: Annotated[str, typer.Option(help="local or docker")] = "local",
+    split: Annotated[str, typer.Option(help="swe-bench-lite split: test or dev")] = "test",
+    data: Annotated[Path | None, typer.Option(help="folder holding SWE-bench Lite's parquet files")] = None,
+    workspaces: Annotated[Path | None, typer.Option(help="root of `envhub swe prepare` workspaces")] = None,
+    concurrency: Annotated[int, typer.Option(min=1)] = 2,
+) -> None:
+    """Grade each instance's gold patch (must resolve) and an empty patch (must not)."""
+    _plugin()
+    from envhub_swe.data import DatasetNotFound, load, select
+    from envhub_swe.validate import validate as run_validation
+
+    if runtime not in ("local", "docker"):
+        console.print(f"[red]unknown runtime {runtime!r}[/red]: choose local or docker")
+        raise typer.Exit(2)
+    try:
+        rows = select(load(dataset, split=split, path=data), instance=instances or None)
+    except (DatasetNotFound, KeyError, ValueError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    started = time.monotonic()
+    with Progress(
+        TextColumn("[bold]validating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task("validate", total=len(rows))
+
+        def advance(_: Validation) -> None:
+            progress.advance(task)
+
+        results = asyncio.run(
+            run_validation(
+                rows,
+                dataset=dataset,
+                runtime=runtime,  # type: ignore[arg-type]
+                workspaces=str(workspaces) if workspaces else None,
+                concurrency=concurrency,
+                on_done=advance,
+            )
+        )
+    table = Table(title=f"{dataset} · runtime {runtime}")
+    for column in ("instance", "gold", "empty", "seconds", "note"):
+        table.add_column(column)
+    for r in results:
+        note = "" if r.ok else (r.gold_summary if not r.gold_resolved else r.empty_summary)
+        table.add_row(
+            r.instance_id,
+            "[green]resolved[/green]" if r.gold_resolved else "[red]not resolved[/red]",
+            "[red]resolved[/red]" if r.empty_resolved else "[green]not resolved[/green]",
+            f"{r.duration_s:.2f}",
+            note,
+        )
+    console.print(table)
+    good = sum(r.ok for r in results)
+    console.print(f"{good}/{len(results)} valid in {time.monotonic() - started:.1f} s")
+    if good != len(results):
+        raise typer.Exit(1)
+
+
+@swe.command()
+def prepare(
+    instance: Annotated[str, typer.Option(help="the instance id")],
+    repo: Annotated[Path, typer.Option(help="a local git clone of the instance's repository")],
+    root: Annotated[Path, typer.Option(help="where workspaces go")] = Path("swe-workspaces"),
+    dataset: Annotated[str, typer.Option(help="swe-bench-lite or swe-mini")] = "swe-bench-lite",
+    split: Annotated[str, typer.Option()] = "test",
+    data: Annotated[Path | None, typer.Option(help="folder holding SWE-bench Lite's parquet files")] = None,
+    requirements: Annotated[
+        Path | None, typer.Option(help="pins to install instead of the built-in spec")
+    ] = None,
+    no_install: Annotated[
+        bool, typer.Option("--no-install", help="make the venv but install nothing")
+    ] = False,
+) -> None:
+    """Make a checkout at base_commit and a venv for one instance, for the local runtime."""
+    _plugin()
+    from envhub_swe.data import DatasetNotFound, load, select
+    from envhub_swe.prepare import Unsupported
+    from envhub_swe.prepare import prepare as run_prepare
+
+    try:
+        (row,) = select(load(dataset, split=split, path=data), instance=instance)
+        dest = run_prepare(row, repo, root, requirements=requirements, install=not no_install)
+    except Unsupported as exc:
+        console.print(f"[yellow]cannot run locally[/yellow]: {exc}")
+        raise typer.Exit(3) from exc
+    except (DatasetNotFound, KeyError, ValueError, RuntimeError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+    console.print(f"prepared {instance} in {dest} (repo at {row.base_commit[:12]}, venv)")

@@ -1,0 +1,1 @@
+"""SWE-bench Lite and swe-mini for envhub: see docs/swe.md."""

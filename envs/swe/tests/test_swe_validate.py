@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import pytest
+from envhub_swe.runtime import MINI_IMAGE, docker_image_present
+from typer.testing import CliRunner
+
+import envhub.cli.swe  # noqa: F401  (registers `envhub swe` until envhub/cli/__init__.py imports it)
+from envhub.cli import app
+
+
+def test_validate_swe_mini_local_gold_resolves_and_empty_does_not() -> None:
+    result = CliRunner().invoke(app, ["swe", "validate", "--dataset", "swe-mini", "--runtime", "local"])
+    assert result.exit_code == 0, result.output
+    assert "12/12 valid" in result.output
+    assert "mini__kvstore-1" in result.output and "mini__textkit-3" in result.output
+
+
+@pytest.mark.skipif(
+    not docker_image_present(MINI_IMAGE),
+    reason=f"no Docker engine with {MINI_IMAGE} (sandboxes/swe-mini/build.sh)",
+)
+def test_validate_swe_mini_docker() -> None:
+    result = CliRunner().invoke(app, ["swe", "validate", "--dataset", "swe-mini", "--runtime", "docker"])
+    assert result.exit_code == 0, result.output
+    assert "12/12 valid" in result.output
+
+
+def test_validate_reports_a_missing_dataset(tmp_path: object) -> None:
+    result = CliRunner().invoke(
+        app, ["swe", "validate", "--dataset", "swe-bench-lite", "--data", str(tmp_path)]
+    )
+    assert result.exit_code == 2 and "was not found" in result.output
