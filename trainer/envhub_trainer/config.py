@@ -1,0 +1,78 @@
+"""The run configuration: one YAML file, read into typed fields, so a run is understood without running it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from envhub_trainer.loss import LossConfig
+
+
+class TrainConfig(BaseModel):
+    """Everything a GRPO run needs; unknown keys are an error, so a typo never silently does nothing."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    model: Path
+    """A local `save_pretrained` directory (tokenizer with a chat template included)."""
+    env_id: str
+    env_kwargs: dict[str, object] = Field(default_factory=dict)
+    max_turns: int | None = Field(None, ge=1)
+    run_dir: Path = Path("runs/grpo")
+    steps: int = Field(50, ge=1)
+    tasks_per_step: int = Field(8, ge=1)
+    group_size: int = Field(4, ge=2)
+    """Episodes per task; advantages compare each episode with the others of its task."""
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    micro_batch_size: int = Field(8, ge=1)
+    """Rows per forward pass: sequences when padding, packed rows when `pack_tokens` is set."""
+    pack_tokens: int | None = Field(None, ge=8)
+    """Pack sequences into rows of this many tokens instead of padding each to the longest."""
+    max_new_tokens: int = Field(128, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    chat_template: str | None = None
+    engine: Literal["hf"] = "hf"
+    """The rollout engine: Hugging Face generate on a synced copy of the weights (vLLM: not yet)."""
+    asynchronous: bool = Field(False, alias="async")
+    """Generate the next batch while training on this one (with weights one step behind)."""
+    max_staleness: int = Field(1, ge=0)
+    """Batches generated more than this many versions behind the trainer are dropped (and counted)."""
+    loss: LossConfig = Field(default_factory=LossConfig)
+    pass_threshold: float = 1.0
+    """An episode passes when its reward is at least this (for the pass rate and the curriculum)."""
+    seed: int = 0
+    task_seed_start: int = 0
+    """Training tasks are env seeds counted up from here; evaluation uses `eval_seed_start` onwards."""
+    curriculum: bool = False
+    """Draw tasks from a pool of `task_pool` seeds weighted by p(1-p) of their recent pass rate, skipping
+    those always or never solved."""
+    task_pool: int = Field(256, ge=1)
+    eval_every: int = Field(0, ge=0)
+    """Greedy held-out evaluation every N steps (and before the first); 0 turns it off."""
+    eval_tasks: int = Field(16, ge=1)
+    eval_seed_start: int = 1_000_000
+    checkpoint_every: int = Field(10, ge=0)
+    concurrency: int = Field(8, ge=1)
+    logged_episodes: int = Field(2, ge=0)
+    """Episodes per step written to samples.jsonl for the report."""
+    verify_sync: bool = False
+    """After every weight sync, check the engine's weights hash equal to the trainer's (costs a hash of
+    the model) and record the hash with the step."""
+    tensorboard: bool = True
+    """Also write TensorBoard events when `tensorboard` is installed."""
+
+
+def load_config(path: Path) -> TrainConfig:
+    """Read a YAML config; relative paths in it are relative to the file."""
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of options at the top level")
+    for key in ("model", "run_dir"):
+        if key in data and not Path(str(data[key])).is_absolute():
+            data[key] = str((path.parent / str(data[key])).resolve())
+    return TrainConfig.model_validate(data)

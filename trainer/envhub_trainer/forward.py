@@ -1,0 +1,85 @@
+"""Token logprobs of many sequences in one forward pass: padded (one sequence a row) or packed.
+
+Packing concatenates sequences into rows of a fixed token budget; position ids restart at 0 for each
+sequence, and transformers turns restarting position ids (with no attention mask) into a
+block-diagonal causal mask, so no token attends across a sequence boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from envhub_trainer.samples import TrainSample
+
+
+@dataclass
+class Tokens:
+    """A micro-batch's sampled tokens, flattened: what `grpo_loss` takes (besides the logprobs)."""
+
+    behaviour_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    sequence_ids: torch.Tensor
+    """Index of each token's sample in the step's sample list."""
+
+
+def pack(lengths: list[int], budget: int) -> list[list[int]]:
+    """Indices of sequences grouped into rows of at most `budget` tokens (first fit, longest first).
+
+    A sequence longer than the budget gets a row of its own.
+    """
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        n = lengths[index]
+        slot = next((r for r, left in enumerate(room) if left >= n), None)
+        if slot is None:
+            rows.append([index])
+            room.append(budget - n)
+        else:
+            rows[slot].append(index)
+            room[slot] -= n
+    return rows
+
+
+def micro_batch_logprobs(
+    model: Any, samples: list[TrainSample], rows: list[list[int]], pad_id: int = 0
+) -> tuple[torch.Tensor, Tokens]:
+    """Logprobs (with gradient) of every sampled token of `samples[i]` for i in `rows`.
+
+    Each row holds one sequence (padding) or several (packing). The returned tensors are 1-D over the
+    sampled tokens, in row order.
+    """
+    width = max(sum(len(samples[i].token_ids) for i in row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    trained = torch.zeros((len(rows), width), dtype=torch.bool)
+    behaviour = torch.zeros((len(rows), width))
+    advantage = torch.zeros((len(rows), width))
+    sequence = torch.full((len(rows), width), -1, dtype=torch.long)
+    for r, row in enumerate(rows):
+        at = 0
+        for i in row:
+            sample = samples[i]
+            n = len(sample.token_ids)
+            ids[r, at : at + n] = torch.tensor(sample.token_ids)
+            positions[r, at : at + n] = torch.arange(n)
+            # Token t is predicted at position t-1: shift mask and targets left by one.
+            trained[r, at : at + n - 1] = torch.tensor(sample.loss_mask[1:], dtype=torch.bool)
+            behaviour[r, at : at + n - 1] = torch.tensor(sample.logprobs[1:])
+            advantage[r, at : at + n - 1] = sample.advantage
+            sequence[r, at : at + n - 1] = i
+            at += n
+        positions[r, at:] = torch.arange(width - at)  # the padding tail is a sequence of its own
+    logits = model(input_ids=ids, position_ids=positions, use_cache=False).logits[:, :-1]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32, fp64 stays
+    targets = ids[:, 1:]
+    mask = trained[:, :-1]
+    logprobs = torch.log_softmax(logits[mask], dim=-1).gather(-1, targets[mask][:, None])[:, 0]
+    return logprobs, Tokens(
+        behaviour_logprobs=behaviour[:, :-1][mask],
+        advantages=advantage[:, :-1][mask],
+        sequence_ids=sequence[:, :-1][mask],
+    )

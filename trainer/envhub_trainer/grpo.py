@@ -1,0 +1,454 @@
+"""GRPO on any envhub environment, in one file you can read top to bottom (CleanRL-style).
+
+    tasks (env seeds) -> G episodes per task with the engine's policy -> token samples
+    -> group-relative advantages -> clipped, IS-corrected loss -> AdamW step -> weight sync
+
+Synchronous and asynchronous runs share this loop. Async starts generating the next batch (with the
+weights before this step's update) while the step trains, so each batch arrives one version stale;
+the truncated importance weight in the loss corrects for it, and batches staler than `max_staleness`
+are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import random
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import envhub
+from envhub.core import Action, Env
+from envhub.messages import Message
+from envhub.policies.base import Generation, Policy
+from envhub.records import Episode
+from envhub.rollout.runner import run_episode
+from envhub.tools import ToolSpec
+from envhub_trainer.config import TrainConfig
+from envhub_trainer.engine import TransformersEngine, weights_checksum
+from envhub_trainer.forward import micro_batch_logprobs, pack
+from envhub_trainer.loss import (
+    LossStats,
+    group_advantages,
+    grpo_loss,
+    informative_groups,
+    shaped_rewards,
+    step_denominator,
+)
+from envhub_trainer.samples import TrainSample, episode_samples
+from envhub_trainer.tasks import TaskSampler
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------- rollouts
+
+
+class _TimedPolicy(Policy):
+    """Adds up the seconds spent generating, so a step can split rollout time into model vs env."""
+
+    def __init__(self, inner: Policy, clock: list[float]) -> None:
+        self.inner, self.clock, self.name = inner, clock, inner.name
+
+    async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Action | Generation:
+        started = time.perf_counter()
+        try:
+            return await self.inner.act(messages, tools)
+        finally:
+            self.clock[0] += time.perf_counter() - started
+
+    def info(self) -> dict[str, Any]:
+        return self.inner.info()
+
+    def for_episode(self, env: Env) -> Policy:
+        return _TimedPolicy(self.inner.for_episode(env), self.clock)
+
+
+@dataclass
+class RolloutBatch:
+    """The episodes of one step's tasks, the weight version that generated them, and their timing."""
+
+    tasks: list[int]
+    episodes: list[list[Episode]]
+    """One list of `group_size` episodes per task."""
+    version: int
+    draw_state: dict[str, Any]
+    seconds: float
+    generation_seconds: float
+    env_seconds: float
+
+
+async def play_groups(
+    config: TrainConfig, policy: Policy, tasks: list[int], group_size: int
+) -> tuple[list[list[Episode]], float, float]:
+    """`group_size` episodes of every task (same seed, different samples); returns generation/env seconds."""
+    clock = [0.0]
+    timed = _TimedPolicy(policy, clock)
+    slots = asyncio.Semaphore(config.concurrency)
+
+    async def one(task: int, k: int) -> Episode:
+        async with slots:
+            env = envhub.make(config.env_id, max_turns=config.max_turns, **config.env_kwargs)
+            try:
+                return await run_episode(env, timed, seed=task, episode_id=f"{task}-{k}")
+            finally:
+                await env.close()
+
+    flat = await asyncio.gather(*(one(t, k) for t in tasks for k in range(group_size)))
+    groups = [list(flat[i * group_size : (i + 1) * group_size]) for i in range(len(tasks))]
+    env_seconds = max(sum(e.wall_seconds for e in flat) - clock[0], 0.0)
+    return groups, clock[0], env_seconds
+
+
+async def rollout(
+    config: TrainConfig, engine: TransformersEngine, tasks: list[int], draw: dict[str, Any]
+) -> RolloutBatch:
+    started, version = time.perf_counter(), engine.version
+    groups, generation, env_seconds = await play_groups(config, engine.policy(), tasks, config.group_size)
+    return RolloutBatch(tasks, groups, version, draw, time.perf_counter() - started, generation, env_seconds)
+
+
+# ---------------------------------------------------------------- batch -> samples
+
+
+@dataclass
+class StepData:
+    samples: list[TrainSample]
+    rewards: list[float]
+    errors: int
+    splits: int
+    dropped_groups: int
+    truncated: int
+    group_pass_rates: dict[int, float] = field(default_factory=dict)
+
+
+def build_samples(batch: RolloutBatch, config: TrainConfig) -> StepData:
+    """Advantages per episode (relative to its group), handed to every token sample of that episode."""
+    loss = config.loss
+    episodes: list[Episode] = []
+    group_of: list[int] = []
+    pass_rates: dict[int, float] = {}
+    errors = 0
+    for g, (task, group) in enumerate(zip(batch.tasks, batch.episodes, strict=True)):
+        pass_rates[task] = sum(e.reward >= config.pass_threshold for e in group) / len(group)
+        for episode in group:
+            if episode.error is not None and episode.error.kind != "cutoff":
+                errors += 1  # machinery failed: its reward says nothing about the policy
+                continue
+            episodes.append(episode)
+            group_of.append(g)
+    per_episode = [
+        episode_samples(e, group=g, version=batch.version) for e, g in zip(episodes, group_of, strict=True)
+    ]
+    lengths = [sum(s.completion_tokens for s in samples) for samples in per_episode]
+    raw = [e.reward for e in episodes]
+    rewards = torch.tensor(shaped_rewards(raw, lengths, loss), dtype=torch.float64)
+    groups = torch.tensor(group_of)
+    keep = torch.ones(len(episodes), dtype=torch.bool)
+    if loss.dynamic_sampling and len(episodes):
+        keep = informative_groups(rewards, groups)
+    dropped_groups = len(set(group_of)) - len(set(groups[keep].tolist())) if len(episodes) else 0
+    advantages = group_advantages(rewards[keep], groups[keep], loss.scale) if keep.any() else rewards[:0]
+    samples: list[TrainSample] = []
+    kept = [i for i in range(len(episodes)) if keep[i]]
+    for i, advantage in zip(kept, advantages.tolist(), strict=True):
+        for sample in per_episode[i]:
+            if loss.mask_truncated and sample.truncated:
+                sample = replace(sample, loss_mask=[0] * len(sample.loss_mask))
+            samples.append(replace(sample, advantage=advantage))
+    return StepData(
+        samples=samples,
+        rewards=raw,
+        errors=errors,
+        splits=sum(max(len(s) - 1, 0) for s in per_episode),
+        dropped_groups=dropped_groups,
+        truncated=sum(s.truncated for samples in per_episode for s in samples),
+        group_pass_rates=pass_rates,
+    )
+
+
+# ---------------------------------------------------------------- one optimiser step
+
+
+def micro_batches(samples: list[TrainSample], config: TrainConfig) -> list[list[list[int]]]:
+    """Rows of sample indices (one sample a row, or packed), grouped `micro_batch_size` rows at a time."""
+    if config.pack_tokens is not None:
+        rows = pack([len(s.token_ids) for s in samples], config.pack_tokens)
+    else:
+        rows = [[i] for i in range(len(samples))]
+    size = config.micro_batch_size
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+def train_step(
+    model: Any,
+    optimiser: torch.optim.Optimizer,
+    samples: list[TrainSample],
+    config: TrainConfig,
+    *,
+    ref_model: Any = None,
+    pad_id: int = 0,
+) -> dict[str, float]:
+    """Accumulate the loss over micro-batches, every one divided by the step's global token count, then
+    clip and step. One update per batch, so pi_old is the current model: ratio = exp(logp - sg[logp])."""
+    trained = [s for s in samples if any(s.loss_mask[1:])]
+    denominator = step_denominator([sum(s.loss_mask[1:]) for s in trained], config.loss)
+    optimiser.zero_grad()
+    stats, total = LossStats(), 0.0
+    for rows in micro_batches(trained, config):
+        logprobs, tokens = micro_batch_logprobs(model, trained, rows, pad_id)
+        ref = None
+        if ref_model is not None:
+            with torch.no_grad():
+                ref, _ = micro_batch_logprobs(ref_model, trained, rows, pad_id)
+        loss, micro = grpo_loss(
+            logprobs,
+            logprobs.detach(),
+            tokens.advantages,
+            tokens.sequence_ids,
+            config.loss,
+            denominator=denominator,
+            behaviour_logprobs=tokens.behaviour_logprobs,
+            ref_logprobs=ref,
+        )
+        loss.backward()  # type: ignore[no-untyped-call]
+        total += float(loss.detach())
+        stats.add(micro)
+    grad_norm = 0.0
+    if config.max_grad_norm is not None and trained:
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
+    if trained:
+        optimiser.step()
+    return {"loss": total, "grad_norm": grad_norm, "trained_tokens": stats.tokens, **stats.means()}
+
+
+# ---------------------------------------------------------------- run state on disk
+
+
+@dataclass
+class Run:
+    """The files of a run directory: metrics.jsonl, samples.jsonl, checkpoint/, optional tb/."""
+
+    directory: Path
+    tensorboard: Any = None
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.directory / "checkpoint"
+
+    def log(self, name: str, row: dict[str, Any]) -> None:
+        with (self.directory / name).open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def truncate_after(self, step: int) -> None:
+        """Drop rows logged after the checkpoint we resume from, so the curve continues without overlap."""
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            path = self.directory / name
+            if path.exists():
+                rows = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
+                path.write_text("".join(r + "\n" for r in rows))
+
+
+def save_checkpoint(
+    run: Run, model: Any, tokenizer: Any, optimiser: torch.optim.Optimizer, state: dict[str, Any]
+) -> None:
+    """Model, optimiser, step, weight version, RNG states and data position, replaced atomically."""
+    staging = run.directory / "checkpoint.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging / "model")
+    tokenizer.save_pretrained(staging / "model")
+    torch.save(
+        {
+            "optimiser": optimiser.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+        },
+        staging / "trainer.pt",
+    )
+    (staging / "state.json").write_text(json.dumps(state))
+    shutil.rmtree(run.checkpoint, ignore_errors=True)
+    staging.rename(run.checkpoint)
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def train(
+    config: TrainConfig, *, on_step: Callable[[dict[str, Any]], None] | None = None
+) -> list[dict[str, Any]]:
+    """Run (or resume) GRPO as `config` says; returns this session's metric rows."""
+    return asyncio.run(_train(config, on_step or (lambda row: None)))
+
+
+async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+    from transformers import AutoModelForCausalLM
+
+    run = Run(config.run_dir)
+    run.directory.mkdir(parents=True, exist_ok=True)
+    (run.directory / "config.json").write_text(config.model_dump_json(indent=2, by_alias=True))
+    resume = (run.checkpoint / "state.json").exists()
+    source = run.checkpoint / "model" if resume else config.model
+    torch.manual_seed(config.seed)
+    random.seed(config.seed)
+    model: Any = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch.float32)
+    model.train()
+    ref_model = copy.deepcopy(model).eval() if config.loss.kl_coef > 0 else None
+    optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    engine = TransformersEngine(
+        source,
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        seed=config.seed,
+        chat_template=config.chat_template,
+    )
+    pad_id = engine.tokenizer.pad_token_id or 0
+    sampler = TaskSampler(
+        config.task_seed_start, curriculum=config.curriculum, pool=config.task_pool, seed=config.seed
+    )
+    step = version = 0
+    if resume:
+        state = json.loads((run.checkpoint / "state.json").read_text())
+        extra = torch.load(run.checkpoint / "trainer.pt", weights_only=False)
+        optimiser.load_state_dict(extra["optimiser"])
+        torch.set_rng_state(extra["torch_rng"])
+        random.setstate(extra["python_rng"])
+        sampler.load_state_dict(state["sampler"])
+        engine.set_rng_state(state["engine_rng"])
+        step, version = state["step"], state["version"]
+        run.truncate_after(step)
+        if ref_model is not None:  # the reference is the run's starting model, not the checkpoint
+            reference: Any = AutoModelForCausalLM.from_pretrained(config.model, local_files_only=True)
+            ref_model = reference.eval()
+        log.info("resumed %s at step %d", run.directory, step)
+    if config.tensorboard:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            run.tensorboard = SummaryWriter(str(run.directory / "tb"))
+        except ImportError:
+            log.info("tensorboard is not installed: metrics go to metrics.jsonl only")
+
+    def start_rollout() -> asyncio.Task[RolloutBatch]:
+        """Sync the engine to the trainer's current weights, then generate the next batch."""
+        if engine.version != version:
+            engine.sync(model.state_dict(), version)
+        tasks = sampler.draw(config.tasks_per_step)
+        draw = sampler.state_dict()
+        return asyncio.create_task(rollout(config, engine, tasks, draw))
+
+    rows: list[dict[str, Any]] = []
+    dropped_stale = 0
+    pending: asyncio.Task[RolloutBatch] | None = None
+    if config.eval_every and step == 0:
+        rows_eval = await evaluate(config, engine)
+        run.log("metrics.jsonl", {"step": 0, "eval_reward": rows_eval, "version": version})
+    try:
+        while step < config.steps:
+            waited = time.perf_counter()
+            batch = await (pending or start_rollout())
+            waited = time.perf_counter() - waited
+            pending = start_rollout() if config.asynchronous and step + 1 < config.steps else None
+            staleness = version - batch.version
+            if staleness > config.max_staleness:
+                dropped_stale += sum(len(g) for g in batch.episodes)
+                log.warning("dropped a batch %d versions stale (max %d)", staleness, config.max_staleness)
+                continue
+            data = build_samples(batch, config)
+            for task, rate in data.group_pass_rates.items():
+                sampler.update(task, rate)
+            started = time.perf_counter()
+            losses = await asyncio.to_thread(
+                train_step, model, optimiser, data.samples, config, ref_model=ref_model, pad_id=pad_id
+            )
+            train_seconds = time.perf_counter() - started
+            version += 1
+            step += 1
+            sync_started = time.perf_counter()
+            if pending is None and step < config.steps:
+                engine.sync(model.state_dict(), version)
+            sync_seconds = time.perf_counter() - sync_started
+            checks: dict[str, Any] = {}
+            if config.verify_sync and pending is None and step < config.steps:
+                checks["weights_checksum"] = checksum = engine.checksum()
+                if checksum != weights_checksum(model.state_dict()):
+                    raise RuntimeError(f"weight sync failed at version {version}: engine and trainer differ")
+            completion_tokens = sum(s.completion_tokens for s in data.samples)
+            row: dict[str, Any] = {
+                "step": step,
+                "version": version,
+                "reward_mean": statistics.fmean(data.rewards) if data.rewards else 0.0,
+                "reward_std": statistics.pstdev(data.rewards) if data.rewards else 0.0,
+                "pass_rate": sum(r >= config.pass_threshold for r in data.rewards)
+                / max(len(data.rewards), 1),
+                **losses,
+                "staleness": staleness,
+                "dropped_stale_episodes": dropped_stale,
+                "dropped_groups": data.dropped_groups,
+                "episode_errors": data.errors,
+                "sample_splits": data.splits,
+                "truncated_samples": data.truncated,
+                "samples": len(data.samples),
+                "rollout_seconds": batch.seconds,
+                "rollout_wait_seconds": waited,
+                "generation_seconds": batch.generation_seconds,
+                "env_seconds": batch.env_seconds,
+                "train_seconds": train_seconds,
+                "sync_seconds": sync_seconds,
+                "rollout_tokens_per_second": completion_tokens / max(batch.generation_seconds, 1e-9),
+                "train_tokens_per_second": sum(len(s.token_ids) for s in data.samples)
+                / max(train_seconds, 1e-9),
+                **(sampler.counts() if config.curriculum else {}),
+                **checks,
+            }
+            if config.eval_every and step % config.eval_every == 0:
+                row["eval_reward"] = await evaluate(config, engine)
+            rows.append(row)
+            run.log("metrics.jsonl", row)
+            for episode in [g[0] for g in batch.episodes][: config.logged_episodes]:
+                run.log(
+                    "samples.jsonl",
+                    {
+                        "step": step,
+                        "reward": episode.reward,
+                        "messages": [{"role": m.role, "text": m.text} for m in episode.messages],
+                    },
+                )
+            if run.tensorboard is not None:
+                for key, value in row.items():
+                    if isinstance(value, int | float):
+                        run.tensorboard.add_scalar(key, value, step)
+            on_step(row)
+            if config.checkpoint_every and (step % config.checkpoint_every == 0 or step == config.steps):
+                state = {
+                    "step": step,
+                    "version": version,
+                    "sampler": {
+                        **sampler.state_dict(),
+                        **{k: batch.draw_state[k] for k in ("position", "rng")},
+                    },
+                    "engine_rng": engine.rng_state(),
+                }
+                save_checkpoint(run, model, engine.tokenizer, optimiser, state)
+    finally:
+        if pending is not None:
+            pending.cancel()
+        if run.tensorboard is not None:
+            run.tensorboard.close()
+    return rows
+
+
+async def evaluate(config: TrainConfig, engine: TransformersEngine) -> float:
+    """Mean reward of greedy episodes on held-out seeds (one per task): the curve to judge a run by."""
+    tasks = list(range(config.eval_seed_start, config.eval_seed_start + config.eval_tasks))
+    clock = [0.0]
+    policy = _TimedPolicy(engine.policy(greedy=True), clock)
+    groups, _, _ = await play_groups(config, policy, tasks, 1)
+    return statistics.fmean(g[0].reward for g in groups)

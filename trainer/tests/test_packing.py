@@ -1,0 +1,77 @@
+"""Packing and micro-batching change how tokens are batched, never the loss or the update."""
+
+from __future__ import annotations
+
+import copy
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from envhub_trainer.config import TrainConfig
+from envhub_trainer.forward import micro_batch_logprobs, pack
+from envhub_trainer.grpo import train_step
+from envhub_trainer.samples import TrainSample
+from transformers import AutoModelForCausalLM
+
+
+def samples(count: int = 6, seed: int = 0) -> list[TrainSample]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        prompt, completion = rng.randint(3, 12), rng.randint(1, 9)
+        out.append(
+            TrainSample(
+                token_ids=[rng.randrange(5, 250) for _ in range(prompt + completion)],
+                loss_mask=[0] * prompt + [1] * completion,
+                logprobs=[0.0] * prompt + [-rng.random() * 5 for _ in range(completion)],
+                reward=0.0,
+                group=i // 2,
+                episode_id=str(i),
+                version=0,
+                advantage=rng.uniform(-1, 1),
+            )
+        )
+    return out
+
+
+def test_pack_fills_rows_within_the_budget() -> None:
+    rows = pack([7, 3, 5, 2, 9, 4], budget=10)
+    assert sorted(i for row in rows for i in row) == list(range(6))
+    assert all(sum([7, 3, 5, 2, 9, 4][i] for i in row) <= 10 for row in rows)
+    assert len(rows) == 4  # 30 tokens, and the 9 fits with nothing: 4 rows is the least possible
+
+
+def test_packed_and_padded_logprobs_and_loss_match(tiny_model: Path) -> None:
+    model: Any = AutoModelForCausalLM.from_pretrained(tiny_model, local_files_only=True, dtype=torch.float64)
+    batch = samples()
+    padded, padded_tokens = micro_batch_logprobs(model, batch, [[i] for i in range(len(batch))])
+    rows = pack([len(s.token_ids) for s in batch], budget=32)
+    assert len(rows) < len(batch)  # several sequences share a row
+    packed, packed_tokens = micro_batch_logprobs(model, batch, rows)
+    order_padded = torch.argsort(padded_tokens.sequence_ids, stable=True)
+    order_packed = torch.argsort(packed_tokens.sequence_ids, stable=True)
+    assert torch.allclose(padded[order_padded], packed[order_packed], atol=1e-10)
+    assert torch.equal(padded_tokens.advantages[order_padded], packed_tokens.advantages[order_packed])
+
+
+@pytest.mark.parametrize("options", [{"micro_batch_size": 1}, {"pack_tokens": 32, "micro_batch_size": 1}])
+def test_a_step_updates_the_same_weights_however_tokens_are_batched(
+    tiny_model: Path, options: dict[str, Any]
+) -> None:
+    base: Any = AutoModelForCausalLM.from_pretrained(tiny_model, local_files_only=True, dtype=torch.float64)
+    batch = samples()
+
+    def step(**overrides: Any) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+        model = copy.deepcopy(base)
+        config = TrainConfig.model_validate({"model": tiny_model, "env_id": "x", "lr": 1e-2, **overrides})
+        optimiser = torch.optim.SGD(model.parameters(), lr=config.lr)
+        stats = train_step(model, optimiser, batch, config)
+        return stats, model.state_dict()
+
+    whole_stats, whole = step(micro_batch_size=64)
+    split_stats, split = step(**options)
+    assert split_stats["loss"] == pytest.approx(whole_stats["loss"], rel=1e-9)
+    assert all(torch.allclose(whole[k], split[k], atol=1e-10) for k in whole)
+    assert not torch.equal(whole["model.embed_tokens.weight"], base.state_dict()["model.embed_tokens.weight"])

@@ -1,0 +1,109 @@
+"""GRPO end to end on a tiny model: the reward rises and the engine samples with the trained weights."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from envhub_trainer.config import TrainConfig
+from envhub_trainer.engine import TransformersEngine, weights_checksum
+from envhub_trainer.grpo import train
+from transformers import AutoModelForCausalLM
+
+import envhub
+
+
+class Digits(envhub.SingleTurnEnv):
+    """Trivially learnable: the reward is the share of the reply's characters that are digits."""
+
+    def setup(self, rng: random.Random) -> str:
+        return f"Say a number like {rng.randint(0, 99)}."
+
+    @envhub.reward
+    def digits(self, answer: str) -> float:
+        return sum(c.isdigit() for c in answer) / max(len(answer), 1)
+
+
+envhub.register("digits-test-v0", Digits, override=True)
+
+
+def config(model: Path, run_dir: Path, **overrides: object) -> TrainConfig:
+    options: dict[str, object] = {
+        "model": model,
+        "env_id": "digits-test-v0",
+        "run_dir": run_dir,
+        "steps": 12,
+        "tasks_per_step": 4,
+        "group_size": 6,
+        "lr": 5e-3,
+        "concurrency": 1,  # episodes then draw sampling seeds in a fixed order: runs repeat exactly
+        "max_new_tokens": 4,
+        "checkpoint_every": 4,
+        "verify_sync": True,
+        "tensorboard": False,
+        "pass_threshold": 0.5,
+    }
+    return TrainConfig.model_validate({**options, **overrides})
+
+
+def test_engine_sync_makes_its_weights_equal_the_trainers(tiny_model: Path) -> None:
+    engine = TransformersEngine(tiny_model, max_new_tokens=2)
+    trainer = AutoModelForCausalLM.from_pretrained(tiny_model, local_files_only=True)
+    with torch.no_grad():
+        for p in trainer.parameters():
+            p.add_(0.01)
+    before = engine.checksum()
+    assert before != weights_checksum(trainer.state_dict())
+    engine.sync(trainer.state_dict(), version=7)
+    assert engine.checksum() == weights_checksum(trainer.state_dict())
+    assert engine.version == 7
+
+
+def test_grpo_raises_the_reward_and_updates_the_engine(tiny_model: Path, tmp_path: Path) -> None:
+    rows = train(config(tiny_model, tmp_path / "run"))
+    rewards = [r["reward_mean"] for r in rows]
+    assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.2, rewards
+    checksums = [r["weights_checksum"] for r in rows if "weights_checksum" in r]
+    assert (
+        len(set(checksums)) == len(checksums) == 11
+    )  # a new, verified version after every step but the last
+    assert checksums[0] != weights_checksum(
+        AutoModelForCausalLM.from_pretrained(tiny_model, local_files_only=True).state_dict()
+    )
+    assert [r["staleness"] for r in rows] == [0] * 12
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == list(range(1, 13))
+
+
+def test_resume_continues_the_same_curve(tiny_model: Path, tmp_path: Path) -> None:
+    same = {"checkpoint_every": 2, "verify_sync": False}
+    whole = train(config(tiny_model, tmp_path / "whole", steps=4, **same))
+    train(config(tiny_model, tmp_path / "split", steps=2, **same))
+    resumed = train(config(tiny_model, tmp_path / "split", steps=4, **same))
+    assert [r["step"] for r in resumed] == [3, 4]
+    assert [r["reward_mean"] for r in resumed] == pytest.approx([r["reward_mean"] for r in whole[2:]])
+    assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in whole[2:]], rel=1e-4, abs=1e-6)
+    logged = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in logged] == [1, 2, 3, 4]
+
+
+def test_async_trains_one_version_behind(tiny_model: Path, tmp_path: Path) -> None:
+    run = config(
+        tiny_model, tmp_path / "async", steps=4, verify_sync=False, tensorboard=True, **{"async": True}
+    )
+    rows = train(run)
+    assert list((tmp_path / "async" / "tb").iterdir())  # TensorBoard events, when it is installed
+    assert [r["staleness"] for r in rows] == [0, 1, 1, 1]
+    assert all(r["dropped_stale_episodes"] == 0 for r in rows)
+    assert rows[-1]["is_weight_mean"] != 1.0  # stale samples were reweighted
+
+
+def test_async_with_zero_staleness_drops_and_counts_stale_batches(tiny_model: Path, tmp_path: Path) -> None:
+    rows = train(
+        config(tiny_model, tmp_path / "drop", steps=2, max_staleness=0, verify_sync=False, **{"async": True})
+    )
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[-1]["dropped_stale_episodes"] == 24  # one batch of 4 tasks x 6 episodes
