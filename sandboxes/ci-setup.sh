@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepare a fresh Debian machine (as root) for the sandbox tests: bubblewrap for the `local` backend,
-# a Docker engine plus envhub's Python image for the `docker` backend. Safe to run again: each step
-# checks before it acts.
+# a Docker engine plus envhub's Python image for the `docker` backend, Chromium for the browser envs.
+# Safe to run again: each step checks before it acts.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -11,6 +11,7 @@ need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v chromium >/dev/null || need+=(chromium)  # the browser environments drive it headless
 if ((${#need[@]})); then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"

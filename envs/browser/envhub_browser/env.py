@@ -1,0 +1,435 @@
+"""`web-tasks-v0`: MiniWoB-style tasks in a real headless Chromium, driven by tool calls.
+
+One browser per environment object, launched at the first reset and reused; every episode gets a fresh
+browser context (no cookies, storage or cache carried over) and a freshly drawn site served from
+loopback. Requests to any other origin are blocked. A browser that dies mid-episode is an infrastructure
+error (raised out of `step`), and the next reset launches a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Awaitable
+from typing import Any, Literal, TypeVar
+from urllib.parse import urljoin, urlsplit
+
+from playwright.async_api import Browser, BrowserContext, Locator, Page, Playwright, Route, async_playwright
+from playwright.async_api import Error as PlaywrightError
+
+import envhub
+from envhub.authoring.chat import Reaction
+from envhub.core import InfrastructureError
+from envhub.messages import ContentPart, ImagePart, Message, TextPart, ToolCall, user
+from envhub_browser.browser import launch
+from envhub_browser.observe import observe
+from envhub_browser.server import SiteServer
+from envhub_browser.site import Element, Outcome, Site
+from envhub_browser.tasks import TASKS
+
+T = TypeVar("T")
+
+ACTION_TIMEOUT_MS = 2000
+SETTLE_TIMEOUT_S = 5.0
+LEAVING_JS = """
+window.addEventListener('submit', e => { if (!e.defaultPrevented) window.__envhub_leaving = true; });
+window.addEventListener('click', e => {
+  const link = e.target instanceof Element ? e.target.closest('a[href]') : null;
+  const away = link && !e.defaultPrevented && !link.getAttribute('href').startsWith('#');
+  if (away) window.__envhub_leaving = true;
+});
+"""
+"""Marks, synchronously inside the click or key press, a page that is about to be replaced by a navigation."""
+CRASH_WORDS = ("has been closed", "crashed", "Target closed", "Browser closed", "Connection closed")
+
+
+class ActionFailed(RuntimeError):
+    """The page refused an action (no such element, not clickable, unknown key): the agent's to fix."""
+
+
+class WebTasks(envhub.ToolEnv):
+    """Web tasks in headless Chromium: observe a screenshot and a text view, act with browser tools."""
+
+    system_prompt = (
+        "You control a web browser to complete a task. Each observation shows the page as a text view, "
+        "where interactive elements have ids in brackets like [3], and/or as a screenshot. Act with the "
+        "tools; coordinates are viewport pixels. Call done() when the task is complete (with answer=... "
+        "when the task asks for a value)."
+    )
+
+    def __init__(
+        self,
+        task: str | None = None,
+        *,
+        screenshot: bool = True,
+        text_view: bool = True,
+        width: int = 640,
+        height: int = 480,
+        max_text_chars: int = 6000,
+        sandbox: bool | None = None,
+        max_turns: int | None = None,
+    ) -> None:
+        if task is not None and task not in TASKS:
+            raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)} (or None for all)")
+        if not (screenshot or text_view):
+            raise ValueError("turn on at least one of screenshot and text_view, or the agent sees nothing")
+        if not (160 <= width <= 1920 and 160 <= height <= 1920):
+            raise ValueError(f"width and height must be between 160 and 1920 pixels, got {width}x{height}")
+        super().__init__(max_turns=max_turns)
+        self.task_name = task
+        self.screenshot, self.text_view = screenshot, text_view
+        self.width, self.height, self.max_text_chars = width, height, max_text_chars
+        self.sandbox = sandbox
+        self.server = SiteServer()
+        self.playwright: Playwright | None = None
+        self.browser: Browser | None = None
+        self.browser_tag = ""
+        self.browser_launches = 0
+        self.context: BrowserContext | None = None
+        self.page: Page | None = None
+        self.site: Site | None = None
+        self.drawn = ""
+        self.elements: dict[str, Element] = {}
+        self.final_answer: str | None = None
+        self.blocked_requests = 0
+        self._lock = asyncio.Lock()
+        self._loading = False
+
+    # --- episode lifecycle --------------------------------------------------------------------------
+
+    async def setup(self, rng: random.Random) -> list[Message]:
+        self.drawn = self.task_name or rng.choice(sorted(TASKS))
+        self.site = TASKS[self.drawn].build(rng)
+        self.final_answer, self.elements, self.blocked_requests = None, {}, 0
+        origin = await self.server.start()
+        self.server.site = self.site
+        await self._close_context()
+        browser = await self._ensure_browser()
+        context = self.context = await self._guard(
+            browser.new_context(
+                viewport={"width": self.width, "height": self.height},
+                service_workers="block",
+                accept_downloads=False,
+            )
+        )
+        context.set_default_timeout(ACTION_TIMEOUT_MS)
+        await self._guard(context.route("**/*", self._gate))
+        await self._guard(context.add_init_script(LEAVING_JS))
+        self.page = await self._guard(context.new_page())
+        self.page.on("load", self._loaded)
+        await self._guard(self.page.goto(origin + self.site.start))
+        return [await self._observation(f"Task: {self.site.goal}\n\n")]
+
+    def reset_info(self) -> dict[str, Any]:
+        return {
+            "task": self.drawn,
+            "difficulty": TASKS[self.drawn].difficulty,
+            "browser_launches": self.browser_launches,
+        }
+
+    async def react(self, message: Message) -> Reaction:
+        reaction = await super().react(message)
+        if reaction.done or self.final_answer is not None:
+            return Reaction(observation=reaction.observation, done=True, info=reaction.info)
+        observation = await self._observation()
+        return Reaction(observation=[*reaction.observation, observation], info=reaction.info)
+
+    async def close(self) -> None:
+        await self._close_context()
+        if self.browser is not None:
+            with contextlib.suppress(PlaywrightError):
+                await self.browser.close()
+            self.browser = None
+        if self.playwright is not None:
+            with contextlib.suppress(Exception):  # the driver may already be gone with a crashed browser
+                await self.playwright.stop()
+            self.playwright = None
+        await self.server.close()
+
+    # --- rewards: read from the page, not from the agent --------------------------------------------
+
+    @envhub.reward
+    async def success(self, answer: str) -> float:
+        """1 when the page's own state (or, for value questions, the answer) shows the task done."""
+        assert self.site is not None and self.page is not None
+        state = await self._guard(self.page.evaluate("() => window.__envhub_state || {}"))
+        url = urlsplit(self.page.url)
+        outcome = Outcome(
+            path=url.path + (f"?{url.query}" if url.query else ""),
+            state=state if isinstance(state, dict) else {},
+            answer=self.final_answer if self.final_answer is not None else answer,
+            server=self.site.log,
+        )
+        return float(self.site.check(outcome))
+
+    @envhub.reward(weight=0.0)
+    def actions(self, messages: list[Message]) -> float:
+        """Recorded, not rewarded: how many browser actions the agent took."""
+        return float(sum(len(m.tool_calls) for m in messages))
+
+    @envhub.reward(weight=0.0)
+    def blocked(self) -> float:
+        """Recorded, not rewarded: requests to other origins that were blocked."""
+        return float(self.blocked_requests)
+
+    # --- tools ----------------------------------------------------------------------------------------
+
+    @envhub.tool
+    async def click(self, element: int) -> str:
+        """Click an element by its id from the text view.
+
+        Args:
+            element: The number in brackets before the element, e.g. 3 for [3].
+        """
+        await self._act((await self._locate(element)).click())
+        return f"clicked [{element}]"
+
+    @envhub.tool
+    async def click_at(self, x: int, y: int) -> str:
+        """Click a point of the viewport, as a mouse would.
+
+        Args:
+            x: Pixels from the left edge of the viewport.
+            y: Pixels from the top edge of the viewport.
+        """
+        self._check_point(x, y)
+        await self._act(self._page.mouse.click(x, y))
+        return f"clicked at ({x}, {y})"
+
+    @envhub.tool
+    async def type(self, text: str, element: int | None = None) -> str:
+        """Type text: into an element by id (replacing what it holds), or else wherever the focus is.
+
+        Args:
+            text: The text to type.
+            element: The id of a text field, text area or date field; omit to type into the focused one.
+        """
+        if element is None:
+            await self._act(self._page.keyboard.type(text))
+            return f"typed {text!r}"
+        await self._act((await self._locate(element)).fill(text))
+        return f"typed {text!r} into [{element}]"
+
+    @envhub.tool
+    async def press(self, key: str) -> str:
+        """Press a key or a combination, e.g. Enter, Tab, Escape, ArrowDown, Control+A.
+
+        Args:
+            key: The key's name, as in Playwright and the DOM's KeyboardEvent.key.
+        """
+        await self._act(self._page.keyboard.press(key))
+        return f"pressed {key}"
+
+    @envhub.tool
+    async def scroll(
+        self, direction: Literal["up", "down", "left", "right"] = "down", amount: int = 400
+    ) -> str:
+        """Scroll the page with the mouse wheel over the middle of the viewport.
+
+        Args:
+            direction: Which way to scroll.
+            amount: How far, in pixels.
+        """
+        dx = {"left": -amount, "right": amount}.get(direction, 0)
+        dy = {"up": -amount, "down": amount}.get(direction, 0)
+        await self._act(self._page.mouse.move(self.width / 2, self.height / 2))
+        await self._act(self._page.mouse.wheel(dx, dy))
+        await asyncio.sleep(0.05)  # wheel scrolling is applied asynchronously by the compositor
+        return f"scrolled {direction} by {amount}"
+
+    @envhub.tool
+    async def select(self, element: int, option: str) -> str:
+        """Choose an option of a dropdown by its visible text.
+
+        Args:
+            element: The dropdown's id.
+            option: The option's text, as listed after options: in the text view.
+        """
+        await self._act((await self._locate(element)).select_option(label=option))
+        return f"selected {option!r} in [{element}]"
+
+    @envhub.tool
+    async def drag(self, from_x: int, from_y: int, to_x: int, to_y: int) -> str:
+        """Press the mouse at one point, move it to another and release it (sliders, drag and drop).
+
+        Args:
+            from_x: Where to press, pixels from the left.
+            from_y: Where to press, pixels from the top.
+            to_x: Where to release, pixels from the left.
+            to_y: Where to release, pixels from the top.
+        """
+        self._check_point(from_x, from_y)
+        self._check_point(to_x, to_y)
+        mouse = self._page.mouse
+        await self._act(mouse.move(from_x, from_y))
+        await self._act(mouse.down())
+        await self._act(mouse.move(to_x, to_y, steps=8))
+        await self._act(mouse.up())
+        return f"dragged from ({from_x}, {from_y}) to ({to_x}, {to_y})"
+
+    @envhub.tool
+    async def back(self) -> str:
+        """Go back to the previous page, like the browser's back button."""
+        response = await self._act(self._page.go_back())
+        return "went back" if response is not None else "there is no previous page"
+
+    @envhub.tool
+    async def navigate(self, url: str) -> str:
+        """Open a URL of this site; a path such as /login is enough. Other sites are not reachable.
+
+        Args:
+            url: A path or a full URL on the task's own site.
+        """
+        target = urljoin(self._page.url, url)
+        if urlsplit(target)[:2] != urlsplit(self.server.origin)[:2]:
+            raise ActionFailed(f"only this site's pages can be opened ({self.server.origin}); got {url!r}")
+        await self._act(self._page.goto(target))
+        return f"opened {urlsplit(target).path}"
+
+    @envhub.tool
+    async def done(self, answer: str = "") -> str:
+        """Finish the episode. Call it once the task is complete.
+
+        Args:
+            answer: The value the task asked for, if it asked for one.
+        """
+        self.final_answer = answer
+        return "finished"
+
+    # --- the oracle -------------------------------------------------------------------------------------
+
+    def reference_action(self, messages: list[Message]) -> envhub.Action:
+        """The task's planned steps in order (one per turn), then done(answer) with the expected answer."""
+        assert self.site is not None
+        taken = sum(1 for m in messages if m.role == "assistant")
+        if taken >= len(self.site.oracle):
+            call = ToolCall.create("done", {"answer": self.site.answer or ""}, id=f"call_{taken}")
+            return Message(role="assistant", tool_calls=[call])
+        step = self.site.oracle[taken]
+        name, arguments = step(self.elements) if callable(step) else step
+        arguments = dict(arguments)
+        reference = arguments.get("element")
+        if isinstance(reference, str) and reference.startswith("#"):
+            found = self.elements.get(reference[1:])
+            if found is None or found.eid == 0:
+                raise RuntimeError(f"oracle of {self.drawn}: no interactive element {reference} on the page")
+            arguments["element"] = found.eid
+        return Message(role="assistant", tool_calls=[ToolCall.create(name, arguments, id=f"call_{taken}")])
+
+    # --- machinery ----------------------------------------------------------------------------------------
+
+    @property
+    def _page(self) -> Page:
+        if self.page is None:
+            raise InfrastructureError("no page is open: reset() the environment first")
+        return self.page
+
+    async def _locate(self, element: int) -> Locator:
+        """The element the agent named, or ActionFailed at once (rather than a timeout) if there is none."""
+        locator = self._page.locator(f'[data-envhub-id="{element}"]')
+        if await self._guard(locator.count()) == 0:
+            raise ActionFailed(f"no element [{element}] on the page; use an id from the latest view")
+        return locator.first
+
+    def _check_point(self, x: int, y: int) -> None:
+        if not (0 <= x < self.width and 0 <= y < self.height):
+            raise ActionFailed(f"({x}, {y}) is outside the {self.width}x{self.height} viewport")
+
+    async def _act(self, action: Awaitable[T]) -> T:
+        """Run one browser action at a time, in call order, even when the agent sends several at once."""
+        async with self._lock:
+            return await self._guard(action)
+
+    async def _guard(self, action: Awaitable[T]) -> T:
+        """Await a Playwright call; a dead browser becomes InfrastructureError, anything else ActionFailed."""
+        try:
+            return await action
+        except PlaywrightError as exc:
+            message = (exc.message or str(exc)).strip().splitlines()[0]
+            if self._browser_died(message):
+                raise InfrastructureError(
+                    f"the browser died ({message}); this episode is lost, the next reset starts a new browser"
+                ) from exc
+            raise ActionFailed(message) from None
+
+    def _browser_died(self, message: str) -> bool:
+        return (
+            self.browser is None or not self.browser.is_connected() or any(w in message for w in CRASH_WORDS)
+        )
+
+    async def _ensure_browser(self) -> Browser:
+        if self.browser is not None and self.browser.is_connected():
+            return self.browser
+        if self.playwright is not None:  # the previous browser died: start over with a new driver too
+            with contextlib.suppress(Exception):
+                await self.playwright.stop()
+        self.playwright = await async_playwright().start()
+        self.browser, self.browser_tag = await launch(self.playwright, sandbox=self.sandbox)
+        self.browser_launches += 1
+        return self.browser
+
+    async def _close_context(self) -> None:
+        context, self.context, self.page = self.context, None, None
+        if context is not None:
+            with contextlib.suppress(PlaywrightError):
+                await context.close()
+
+    async def _gate(self, route: Route) -> None:
+        """Let requests to the task's own server through; block every other origin."""
+        if urlsplit(route.request.url)[:2] == urlsplit(self.server.origin)[:2]:
+            if (
+                route.request.is_navigation_request()
+                and self.page
+                and route.request.frame == self.page.main_frame
+            ):
+                self._loading = True
+            await route.continue_()
+        else:
+            self.blocked_requests += 1
+            await route.abort("blockedbyclient")
+
+    def _loaded(self, page: Page) -> None:
+        self._loading = False
+
+    async def _settle(self) -> None:
+        """Wait for a navigation the last action started (a link, a form sent with Enter) to load.
+
+        The navigation's request reaches the route only a moment after the action returns, so the page
+        itself says it is leaving (`LEAVING_JS`); until the next document replaces it, and while a
+        main-frame request is in flight, wait (5 s at most).
+        """
+        page = self._page
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_TIMEOUT_S
+        while loop.time() < deadline:
+            try:
+                leaving = await self._guard(page.evaluate("() => window.__envhub_leaving === true"))
+            except ActionFailed:
+                leaving = True  # the old document went away mid-call: the new one is on its way
+            if not (leaving or self._loading):
+                break
+            await asyncio.sleep(0.01)
+        self._loading = False
+
+    async def _observation(self, prefix: str = "") -> Message:
+        """The page after an action: its text view and/or a screenshot, as one user message."""
+        page = self._page
+        text = ""
+        await self._settle()
+        for attempt in range(3):  # a navigation the action started may replace the page while it is read
+            with contextlib.suppress(PlaywrightError):
+                await page.wait_for_load_state("load", timeout=5000)
+            try:
+                text, self.elements = await self._guard(observe(page, self.max_text_chars))
+                break
+            except ActionFailed:
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(0.1)
+        parts: list[ContentPart] = [
+            TextPart(text=prefix + (text if self.text_view else text.splitlines()[0]))
+        ]
+        if self.screenshot:
+            parts.append(ImagePart(data=await self._guard(page.screenshot(type="png"))))
+        return user(parts)
