@@ -14,7 +14,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envhub.cli.app import app, console
+from envhub.cli.app import app, console, fail
 
 if TYPE_CHECKING:
     from envhub_swe.validate import Validation
@@ -48,6 +48,7 @@ def validate(
     """Grade each instance's gold patch (must resolve) and an empty patch (must not)."""
     _plugin()
     from envhub_swe.data import DatasetNotFound, load, select
+    from envhub_swe.prepare import Unsupported
     from envhub_swe.validate import validate as run_validation
 
     if runtime not in ("local", "docker"):
@@ -71,16 +72,19 @@ def validate(
         def advance(_: Validation) -> None:
             progress.advance(task)
 
-        results = asyncio.run(
-            run_validation(
-                rows,
-                dataset=dataset,
-                runtime=runtime,  # type: ignore[arg-type]
-                workspaces=str(workspaces) if workspaces else None,
-                concurrency=concurrency,
-                on_done=advance,
+        try:
+            results = asyncio.run(
+                run_validation(
+                    rows,
+                    dataset=dataset,
+                    runtime=runtime,  # type: ignore[arg-type]
+                    workspaces=str(workspaces) if workspaces else None,
+                    concurrency=concurrency,
+                    on_done=advance,
+                )
             )
-        )
+        except Unsupported as exc:  # a missing image or workspace: say what to do, no traceback
+            raise fail(exc) from exc
     table = Table(title=f"{dataset} · runtime {runtime}")
     for column in ("instance", "gold", "empty", "seconds", "note"):
         table.add_column(column)

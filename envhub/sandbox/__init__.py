@@ -44,6 +44,8 @@ async def _create(
 ) -> Sandbox:
     if backend == "auto":
         backend = "e2b" if os.environ.get("E2B_API_KEY") else "local"
+    if backend in BACKENDS:
+        policy.check_backend(backend)  # options only some backends can honour are refused, never ignored
     if backend == "local":
         from envhub.sandbox.local import LocalSandbox
 

@@ -5,6 +5,11 @@ tmpfs for the workdir, /tmp and /dev/shm, uid 65534, no capabilities, no-new-pri
 profile built from the same deny-list as the local backend. Commands are `docker exec`s wrapped in
 coreutils `timeout`, which kills the command's whole process group. The SDK is synchronous, so every
 call runs in a worker thread, off the event loop.
+
+With `IsolationPolicy(writable_image=True)` the image's own filesystem is the work: the root stays
+writable in the container's layer (no tmpfs over the workdir; /tmp and /dev/shm are still capped
+tmpfs) and commands run as the image's user (root for SWE-bench's images), still with every
+capability dropped, no-new-privileges, the seccomp profile, no network and the same limits.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ DEFAULT_IMAGE = "envhub/python:3-bookworm"
 CONTAINER_USER = "65534:65534"
 """Runs the container's init and `sleep infinity`; commands run as EXEC_USER, who cannot signal it."""
 EXEC_USER = "65533:65533"
+SPARE_KEEPER = "65532:65532"
+"""The init's uid in writable_image mode when the image's own user is CONTAINER_USER's."""
 _REAP = '"$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
 """Wraps every command: afterwards, kill whatever it left running (every EXEC_USER process but this
 shell), as the local backend's pid namespace does; the init survives, owned by another uid."""
@@ -96,35 +103,59 @@ class DockerSandbox(Sandbox):
 
     backend: ClassVar[str] = "docker"
 
-    def __init__(self, policy: IsolationPolicy, *, client: docker.DockerClient, container: Any, image: str):
+    def __init__(
+        self,
+        policy: IsolationPolicy,
+        *,
+        client: docker.DockerClient,
+        container: Any,
+        image: str,
+        exec_user: str = EXEC_USER,
+    ):
         super().__init__(policy)
         self._lock = asyncio.Lock()  # one command at a time: each one ends by killing its leftovers
         self._client = client
         self._container = container
         self.image = image
+        self.exec_user = exec_user
+        """Who commands run as: EXEC_USER, or the image's own user in writable_image mode."""
 
     @classmethod
     async def create(cls, policy: IsolationPolicy, *, image: str | None = None) -> DockerSandbox:
+        policy.check_backend("docker")
         image = image or DEFAULT_IMAGE
         client = await asyncio.to_thread(_client)
         try:
-            container = await asyncio.to_thread(cls._run_container, client, policy, image)
+            container, exec_user = await asyncio.to_thread(cls._run_container, client, policy, image)
         except Exception as exc:
             client.close()
             if "No such image" in str(exc) or "not found" in str(exc).lower():
                 raise SandboxUnavailable(
-                    f"image {image} is missing; build it with sandboxes/python/build.sh {image}"
+                    f"image {image} is not on this Docker engine and no registry is assumed: build it "
+                    f"(sandboxes/python/build.sh for {DEFAULT_IMAGE}) or `docker pull {image}` where its "
+                    "registry is reachable"
                 ) from exc
             raise SandboxError(f"could not start a sandbox container from {image}: {exc}") from exc
-        return cls(policy, client=client, container=container, image=image)
+        return cls(policy, client=client, container=container, image=image, exec_user=exec_user)
 
     @staticmethod
-    def _run_container(client: docker.DockerClient, policy: IsolationPolicy, image: str) -> Any:
+    def _run_container(client: docker.DockerClient, policy: IsolationPolicy, image: str) -> tuple[Any, str]:
+        """Start the container; returns it and the user commands run as."""
         from docker.types import Ulimit
 
+        exec_user, keeper = EXEC_USER, CONTAINER_USER
+        environment = {"HOME": policy.workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp", **policy.env}
         uid = EXEC_USER.split(":")[0]
         tmpfs_opts = f"size={policy.disk_mb * MiB},nr_inodes={policy.max_files},uid={uid},gid={uid},mode=0700"
-        return client.containers.run(
+        tmpfs = {policy.workdir: tmpfs_opts, "/tmp": tmpfs_opts}
+        if policy.writable_image:
+            exec_user = client.images.get(image).attrs["Config"].get("User") or "0:0"
+            # The init must not share the commands' uid, or their `kill -9 -1` would stop the container.
+            if exec_user.split(":")[0] in ("65534", "nobody"):
+                keeper = SPARE_KEEPER
+            environment = {"TMPDIR": "/tmp", **policy.env}  # HOME: the image user's own
+            tmpfs = {"/tmp": f"size={policy.disk_mb * MiB},nr_inodes={policy.max_files},mode=1777"}
+        container = client.containers.run(
             image,
             command=["sleep", "infinity"],
             detach=True,
@@ -135,17 +166,18 @@ class DockerSandbox(Sandbox):
             memswap_limit=policy.memory_mb * MiB,
             pids_limit=policy.pids + 2,  # + the init and the `timeout` wrapper
             nano_cpus=int(policy.cpus * 1e9),
-            read_only=True,
-            tmpfs={policy.workdir: tmpfs_opts, "/tmp": tmpfs_opts},
+            read_only=not policy.writable_image,
+            tmpfs=tmpfs,
             shm_size=policy.disk_mb * MiB,
-            user=CONTAINER_USER,
+            user=keeper,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges", f"seccomp={seccomp_profile()}"],
-            environment={"HOME": policy.workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp", **policy.env},
+            environment=environment,
             working_dir=policy.workdir,
             volumes={host: {"bind": inside, "mode": "ro"} for host, inside in policy.ro_binds.items()},
             ulimits=[Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=4096, hard=4096)],
         )
+        return container, exec_user
 
     # -- running commands ---------------------------------------------------------------------------
 
@@ -171,7 +203,7 @@ class DockerSandbox(Sandbox):
             stderr=True,
             environment=dict(env),
             workdir=cwd,
-            user=EXEC_USER,
+            user=self.exec_user,
         )["Id"]
         started = time.monotonic()
         sock = api.exec_start(exec_id, socket=True)
@@ -328,6 +360,28 @@ class DockerSandbox(Sandbox):
 
     def report(self) -> IsolationReport:
         p = self.policy
+        filesystem = f"image {self.image}, read-only root"
+        disk = (
+            f"tmpfs size={p.disk_mb} MiB, nr_inodes={p.max_files} for {p.workdir} and for /tmp each, "
+            f"/dev/shm {p.disk_mb} MiB (a cap per mount, not one total)"
+        )
+        user = f"commands as uid {EXEC_USER.split(':')[0]}, --cap-drop ALL, no-new-privileges"
+        if p.writable_image:
+            filesystem = (
+                f"writable_image: image {self.image}'s own filesystem, writable in the container's own layer "
+                f"(no tmpfs over {p.workdir}, root not read-only); changes die with the container"
+            )
+            disk = (
+                "not enforced for the image's filesystem (writable_image): writes to the container's layer "
+                f"have no size cap; only /tmp (tmpfs size={p.disk_mb} MiB, nr_inodes={p.max_files}) and "
+                f"/dev/shm ({p.disk_mb} MiB) are capped"
+            )
+            who = "root (uid 0)" if self.exec_user.split(":")[0] in ("0", "root") else self.exec_user
+            user = (
+                f"writable_image: commands as the image's user {who}, with no capabilities (--cap-drop ALL: "
+                "no chown, mount or permission override; it owns the image's root-owned files), "
+                "no-new-privileges; the container's init runs as another uid, out of its reach"
+            )
         controls = {
             "network": Enforcement(
                 enforced=True,
@@ -336,14 +390,9 @@ class DockerSandbox(Sandbox):
                 else "--network none: loopback only",
             ),
             "filesystem": Enforcement(
-                enforced=True,
-                how=f"image {self.image}, read-only root; read-only binds {sorted(p.ro_binds.values())}",
+                enforced=True, how=f"{filesystem}; read-only binds {sorted(p.ro_binds.values())}"
             ),
-            "disk": Enforcement(
-                enforced=True,
-                how=f"tmpfs size={p.disk_mb} MiB, nr_inodes={p.max_files} for {p.workdir} and for /tmp each, "
-                f"/dev/shm {p.disk_mb} MiB (a cap per mount, not one total)",
-            ),
+            "disk": Enforcement(enforced=not p.writable_image, how=disk),
             "memory": Enforcement(enforced=True, how=f"--memory={p.memory_mb}m --memory-swap={p.memory_mb}m"),
             "pids": Enforcement(enforced=True, how=f"--pids-limit={p.pids + 2}"),
             "cpu": Enforcement(enforced=True, how=f"--cpus={p.cpus}"),
@@ -352,12 +401,12 @@ class DockerSandbox(Sandbox):
                 how="coreutils `timeout -s KILL` kills the command's process group; a host-side deadline "
                 "backs it",
             ),
-            "user": Enforcement(
-                enforced=True,
-                how=f"commands as uid {EXEC_USER.split(':')[0]}, --cap-drop ALL, no-new-privileges",
-            ),
+            "user": Enforcement(enforced=True, how=user),
             "environment": Enforcement(
-                enforced=True, how="only the image's ENV, HOME/LANG/TMPDIR and the policy's variables"
+                enforced=True,
+                how="only the image's ENV, "
+                + ("TMPDIR" if p.writable_image else "HOME/LANG/TMPDIR")
+                + " and the policy's variables",
             ),
             "seccomp": Enforcement(
                 enforced=True,
@@ -373,7 +422,11 @@ class DockerSandbox(Sandbox):
             policy=p,
             controls=controls,
             image=self.image,
-            details={"container": self._container.id[:12]},
+            details={
+                "container": self._container.id[:12],
+                "mode": "writable_image" if p.writable_image else "read-only root, tmpfs workdir",
+                "exec_user": self.exec_user,
+            },
         )
 
 

@@ -62,6 +62,12 @@ class IsolationPolicy(BaseModel):
     """The writable directory commands start in."""
     seccomp: bool = True
     """Refuse dangerous system calls (ptrace, mount, unshare, keyctl, bpf, ...) where the backend can."""
+    writable_image: bool = False
+    """docker only: work in the image's own filesystem, for images whose files are the task (SWE-bench's
+    `/testbed`). The root is writable in the container's own layer (no tmpfs over the workdir; /tmp and
+    /dev/shm stay capped tmpfs) and commands run as the image's user, root for SWE-bench's images, still
+    with no capabilities, no-new-privileges, seccomp, no network and the same limits. What it costs:
+    the layer's size is not capped, and root owns the image's files; the report says both."""
 
     @field_validator("workdir")
     @classmethod
@@ -78,9 +84,20 @@ class IsolationPolicy(BaseModel):
                 raise ValueError(f"read-only binds need absolute paths, got {host!r} -> {inside!r}")
         return value
 
+    def check_backend(self, backend: str) -> None:
+        """Refuse a policy the backend cannot honour, before anything starts (ValueError says why)."""
+        if self.writable_image and backend != "docker":
+            raise ValueError(
+                f"writable_image keeps a container image's own filesystem writable, which only the docker "
+                f"backend has; the {backend} backend has no image filesystem to keep. Open the sandbox with "
+                "backend='docker' and the image, or drop writable_image"
+            )
+
     def digest(self) -> str:
         """A short stable hash, recorded in episode provenance."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        # writable_image joins the hash only when set, so policies without it keep their old digests.
+        text = self.model_dump_json(exclude=None if self.writable_image else {"writable_image"})
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class Enforcement(BaseModel):

@@ -289,3 +289,9 @@ def test_scratch_left_by_a_killed_process_is_swept_by_the_next_one() -> None:
     subprocess.run([sys.executable, "-c", sweep], check=True, timeout=60)
     assert not leftover.exists()
     assert str(leftover) not in Path("/proc/self/mounts").read_text()
+
+
+def test_writable_image_is_refused_on_the_local_backend() -> None:
+    """An option only Docker can honour must be refused, never silently ignored."""
+    with pytest.raises(ValueError, match="only the docker backend has"):
+        asyncio.run(sandbox.open("local", policy=sandbox.IsolationPolicy(writable_image=True)).__aenter__())

@@ -26,9 +26,9 @@ from envhub_swe.runtime import (
     RuntimeKind,
     current_patch,
     grade,
-    load_workspace,
     mini_runtime,
     mini_workspace,
+    open_workspace,
 )
 
 MAX_OUTPUT = 16_000
@@ -83,12 +83,14 @@ class SWEEnv(envhub.ToolEnv):
         self._sandbox: Sandbox | None = None
         self._runtime: Runtime | None = None
         self._workspace: Path | None = None
+        """The host checkout uploaded to /testbed; None when the image holds the repository."""
         self._grading = asyncio.Lock()
 
     # -- episode lifecycle ----------------------------------------------------------------------------
 
-    def _resolve(self, instance: Instance) -> tuple[Runtime, Path]:
-        """The runtime and host workspace of `instance`: swe-mini's bundles, or a prepared checkout."""
+    def _resolve(self, instance: Instance) -> tuple[Runtime, Path | None]:
+        """The runtime and host workspace of `instance`: swe-mini's bundles, a prepared checkout, or
+        (docker, None) the row's official image's own /testbed."""
         if self.dataset == "swe-mini":
             return mini_runtime(self.runtime_kind), mini_workspace(instance)
         from envhub_swe.prepare import prepared
@@ -102,7 +104,7 @@ class SWEEnv(envhub.ToolEnv):
         runtime, workspace = await asyncio.to_thread(self._resolve, self.instance)
         self._runtime, self._workspace = runtime, workspace
         self._sandbox = await runtime.open()
-        await load_workspace(self._sandbox, workspace)
+        await open_workspace(self._sandbox, workspace, self.instance.base_commit)
         return (
             f"<issue>\n{self.instance.problem_statement.strip()}\n</issue>\n\n"
             f"The repository {self.instance.repo} is checked out at {TESTBED}. Fix the issue."
@@ -145,7 +147,11 @@ class SWEEnv(envhub.ToolEnv):
             command: The command line, run by /bin/bash in the repository.
             timeout: Seconds before the command is killed (at most 300).
         """
-        result = await self.sandbox.exec(["/bin/bash", "-c", command], timeout=min(max(timeout, 1.0), 300.0))
+        result = await self.sandbox.exec(
+            ["/bin/bash", "-c", command],
+            timeout=min(max(timeout, 1.0), 300.0),
+            env=self._runtime.shell_env if self._runtime is not None else None,
+        )
         return _clip(_describe(result))
 
     @envhub.tool
@@ -269,7 +275,7 @@ class SWEEnv(envhub.ToolEnv):
         """Grade the submission once per episode (at the turn limit, the current diff is the submission)."""
         async with self._grading:
             if self.report is None:
-                assert self.instance is not None and self._runtime is not None and self._workspace is not None
+                assert self.instance is not None and self._runtime is not None
                 if self.patch is None:
                     self.patch = await self._take_patch()
                 await self._close_sandbox()  # nothing the agent started may outlive its turn
@@ -309,7 +315,7 @@ def _describe(result: ExecResult) -> str:
 
 
 class SWEBenchLite(SWEEnv):
-    """SWE-bench Lite (300 test / 23 dev rows), on the local sandbox over prepared checkouts or docker."""
+    """SWE-bench Lite (300 test / 23 dev rows): local over prepared checkouts, or docker in its images."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("swe-bench-lite", **kwargs)

@@ -1,4 +1,5 @@
 """Prepare a real SWE-bench instance for the local runtime: a checkout at base_commit and a venv.
+(The docker runtime needs no preparation: it runs the row's official image, see `official_runtime`.)
 
 `envhub swe prepare --instance ID --repo CLONE` makes, under the workspaces root:
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envhub_swe.data import Instance
-from envhub_swe.runtime import TESTBED, Runtime, RuntimeKind, _git, _sandbox_python
+from envhub_swe.runtime import TESTBED, Runtime, RuntimeKind, _git, _sandbox_python, docker_image_present
 
 
 class Unsupported(RuntimeError):
@@ -128,14 +129,11 @@ def prepare(
     return dest
 
 
-def prepared(instance: Instance, root: Path | None, kind: RuntimeKind) -> tuple[Runtime, Path]:
-    """The runtime and workspace of an instance prepared under `root` (docker: the row's image)."""
+def prepared(instance: Instance, root: Path | None, kind: RuntimeKind) -> tuple[Runtime, Path | None]:
+    """The runtime and workspace of an instance: a checkout prepared under `root` (local), or the row's
+    official image, whose own /testbed is the workspace (docker: workspace None)."""
     if kind == "docker":
-        raise Unsupported(
-            "grading SWE-bench Lite in its official images needs a writable /testbed in the image, which "
-            "envhub's docker sandbox (read-only root) does not give yet; use the local runtime with "
-            "`envhub swe prepare`, or the official harness"
-        )
+        return official_runtime(instance), None
     if root is None:
         raise Unsupported(
             "the local runtime needs prepared workspaces: run `envhub swe prepare` and pass workspaces=ROOT"
@@ -152,6 +150,26 @@ def prepared(instance: Instance, root: Path | None, kind: RuntimeKind) -> tuple[
         for line in alternates.read_text().splitlines():
             binds[line.strip()] = line.strip()  # the shared objects, at the path the clone names them by
     return Runtime(kind="local", python_env=dest / "venv", extra_binds=binds, disk_mb=4096), dest / "repo"
+
+
+def official_runtime(instance: Instance) -> Runtime:
+    """The docker runtime in the row's own SWE-bench image (its `image` column), which must be on this
+    machine's Docker engine: envhub never pulls."""
+    image = instance.image
+    if not image:
+        raise Unsupported(
+            f"{instance.instance_id} names no image (the row's `image` column is empty); the docker "
+            "runtime grades in the official per-instance image, "
+            "e.g. swebench/sweb.eval.x86_64.<owner>_1776_<id>:latest"
+        )
+    if not docker_image_present(image):
+        raise Unsupported(
+            f"{instance.instance_id} runs in its official image {image}, which is not on this machine's "
+            "Docker engine (or no engine answers: check `docker info`). Get it with "
+            f"`docker pull {image}` on a machine that can reach Docker Hub; where this one cannot, "
+            "`docker save` it there and `docker load` it here"
+        )
+    return Runtime(kind="docker", image=image, official_image=True, disk_mb=4096, memory_mb=4096, pids=512)
 
 
 if __name__ == "__main__":  # pragma: no cover

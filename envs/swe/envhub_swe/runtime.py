@@ -7,6 +7,9 @@ Runtimes:
   path, so that its scripts' `#!` lines and its `activate` work unchanged.
 - `docker`: a container of `image` (swe-mini's image, or an image with the same layout); the
   repository is copied into `/testbed` the same way and the image's own Python runs the tests.
+- `docker` with `official_image`: a container of the row's SWE-bench image, whose `/testbed` (root's,
+  at base_commit) and conda environment are the workspace; nothing is uploaded, the sandbox keeps the
+  image's filesystem writable (`IsolationPolicy.writable_image`) and the eval script its activation.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from envhub_swe.evaluation import GradeReport, adapt_eval_script, filter_patch, 
 RuntimeKind = Literal["local", "docker"]
 TESTBED = "/testbed"
 MINI_IMAGE = "envhub/swe-mini:bookworm"
+CONDA = "/opt/miniconda3"
+"""Where SWE-bench's official images keep conda; their eval scripts activate its `testbed` env."""
 MINI_TEST_PACKAGES = ("pytest",)
 """What swe-mini's tests need besides the standard library (with their own dependencies)."""
 
@@ -58,6 +63,10 @@ class Runtime:
     kind: RuntimeKind = "local"
     image: str | None = None
     """docker: the image to grade in."""
+    official_image: bool = False
+    """docker: `image` is laid out like SWE-bench's per-instance images (the repository at base_commit in
+    its own /testbed, root's, and conda at /opt/miniconda3): work in the image's filesystem as its user,
+    keep the eval script's conda activation, upload nothing."""
     python_env: Path | None = None
     """local: a venv (interpreter under /usr), bound read-only at the same path."""
     skip_install: bool = True
@@ -68,6 +77,10 @@ class Runtime:
     disk_mb: int = 512
     pids: int = 128
     timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.official_image and self.kind != "docker":
+            raise ValueError("official_image is a docker runtime's image layout; use kind='docker'")
 
     def policy(self) -> IsolationPolicy:
         binds = dict(self.extra_binds)
@@ -82,6 +95,7 @@ class Runtime:
             wall_time_s=self.timeout_s,
             max_output_bytes=16 * 1024 * 1024,
             workdir=TESTBED,
+            writable_image=self.official_image,
             ro_binds=binds,
             env={
                 "HOME": "/tmp",
@@ -93,10 +107,23 @@ class Runtime:
 
     @property
     def activation(self) -> str | None:
-        """What replaces the script's conda activation: the bound venv's, or nothing in an image."""
+        """What replaces the script's conda activation: the bound venv's, nothing in swe-mini's image, or
+        None (the script's own) in an official image."""
+        if self.official_image:
+            return None
         if self.kind == "local":
             return f". {self.python_env}/bin/activate" if self.python_env is not None else ""
         return ""
+
+    @property
+    def shell_env(self) -> dict[str, str]:
+        """The agent's shell variables: in an official image, its testbed conda environment, active as
+        the image's ~/.bashrc makes it for an interactive shell (grading activates it in its own script)."""
+        if not self.official_image:
+            return {}
+        prefix = f"{CONDA}/envs/testbed"
+        path = f"{prefix}/bin:{CONDA}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        return {"PATH": path, "CONDA_PREFIX": prefix, "CONDA_DEFAULT_ENV": "testbed"}
 
     async def open(self) -> Sandbox:
         """A fresh sandbox for this runtime; SandboxUnavailable says what is missing."""
@@ -244,6 +271,57 @@ async def load_workspace(sandbox: Sandbox, workspace: Path) -> None:
         raise envhub.InfrastructureError(f"unpacking the workspace failed: {result.stderr.strip()[-500:]}")
 
 
+IMAGE_REPO_CHECK = f"""cd {TESTBED} || exit 3
+head=$(git rev-parse HEAD) || exit 3
+[ "$head" = "$1" ] || {{ echo "{TESTBED} is at $head, not the row's base_commit $1" >&2; exit 3; }}
+"""
+IMAGE_REPO_HIDE = """set -e
+git config core.fileMode false
+git checkout -q --detach "$1"
+git for-each-ref --format='delete %(refname)' | git update-ref --stdin
+git reflog expire --expire=now --all
+dirty=$(git status --porcelain --untracked-files=no)
+[ -z "$dirty" ] || { echo "the image changed tracked files after base_commit: $dirty" >&2; exit 3; }
+git ls-files -z --others --exclude-standard --directory
+"""
+"""The agent's copy of the image's repository: the SWE-bench harness leaves it `chmod -R 777`
+(ignored, as its own eval scripts do), its clone's tags may reach later commits (deleted, as `prepare`
+does for the local runtime), and the install leaves untracked files (excluded from the submission)."""
+
+
+async def check_image_repo(sandbox: Sandbox, base_commit: str, *, for_agent: bool = False) -> None:
+    """Check that the image's /testbed is the row's base_commit; for the agent, also hide the history
+    after it and leave the image's own untracked files (e.g. `*.egg-info`) out of the submission."""
+    script = IMAGE_REPO_CHECK + (IMAGE_REPO_HIDE if for_agent else "")
+    result = await sandbox.exec(["/bin/sh", "-c", script, "sh", base_commit], timeout=120)
+    if not result.ok:
+        raise envhub.InfrastructureError(
+            f"the image's {TESTBED} is not usable for this row: {result.stderr.strip()[-500:]}"
+        )
+    untracked = [path for path in result.stdout.split("\0") if path]
+    if untracked:
+        patterns = "".join(f"/{_gitignore_escape(path)}\n" for path in untracked)
+        append = f"mkdir -p {TESTBED}/.git/info && cat >> {TESTBED}/.git/info/exclude"
+        done = await sandbox.exec(append, stdin=patterns, timeout=30)
+        if not done.ok:
+            raise envhub.InfrastructureError(f"excluding the image's untracked files failed: {done.stderr}")
+
+
+def _gitignore_escape(path: str) -> str:
+    """A literal path as a .gitignore pattern (its glob characters, `!`, `#`, and trailing blanks escaped)."""
+    escaped = "".join(f"\\{c}" if c in "\\*?[]!#" else c for c in path)
+    stripped = escaped.rstrip(" ")
+    return stripped + "\\ " * (len(escaped) - len(stripped))
+
+
+async def open_workspace(sandbox: Sandbox, workspace: Path | None, base_commit: str) -> None:
+    """Make /testbed the agent's workspace: the uploaded checkout, or (None) the image's own repository."""
+    if workspace is None:
+        await check_image_repo(sandbox, base_commit, for_agent=True)
+    else:
+        await load_workspace(sandbox, workspace)
+
+
 DIFF_COMMAND = (
     f"cd {TESTBED} && git add -A >/dev/null 2>&1; git -c core.fileMode=false diff --cached --binary {{base}}"
 )
@@ -277,12 +355,13 @@ async def grade(
     instance: Instance,
     patch: str,
     runtime: Runtime,
-    workspace: Path,
+    workspace: Path | None,
     *,
     on_log: Callable[[str], None] | None = None,
 ) -> GradeReport:
-    """Grade `patch` in a fresh sandbox: the repo at base_commit, the patch without test changes, then
-    the row's own eval script (which resets the test files and applies the hidden test patch)."""
+    """Grade `patch` in a fresh sandbox: the repo at base_commit (uploaded from `workspace`, or the
+    image's own when None), the patch without test changes, then the row's own eval script (which resets
+    the test files and applies the hidden test patch)."""
     started = time.monotonic()
     nonce = secrets.token_hex(8)
     kept, dropped = filter_patch(patch)
@@ -290,7 +369,10 @@ async def grade(
         instance.eval_script, nonce=nonce, activation=runtime.activation, skip_install=runtime.skip_install
     )
     async with await runtime.open() as sandbox:
-        await load_workspace(sandbox, workspace)
+        if workspace is None:
+            await check_image_repo(sandbox, instance.base_commit)
+        else:
+            await load_workspace(sandbox, workspace)
         problem = await _apply(sandbox, kept)
         log = ""
         if problem is None:

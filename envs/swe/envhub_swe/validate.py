@@ -44,10 +44,12 @@ async def validate(
 
     async def one(instance: Instance) -> Validation:
         async with gate:
+            ws: Path | None
             if dataset == "swe-mini":
                 rt, ws = mini_runtime(runtime), await asyncio.to_thread(mini_workspace, instance)
             else:
-                rt, ws = prepared(instance, Path(workspaces) if workspaces else None, runtime)
+                root = Path(workspaces) if workspaces else None
+                rt, ws = await asyncio.to_thread(prepared, instance, root, runtime)
             gold = await grade(instance, instance.patch, rt, ws)
             empty = await grade(instance, "", rt, ws)
             result = Validation(
