@@ -15,6 +15,9 @@ import copy
 import json
 import random
 import threading
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -58,19 +61,63 @@ def _arguments(raw: str) -> Any:
         return raw  # broken JSON the model wrote stays as it was, so the template shows the same text
 
 
-class _Model:
-    """The model and tokenizer every episode's copy shares; the lock allows one generation at a time."""
+def _stop_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The ids that end a turn: the generation config's eos ids and the tokenizer's."""
+    configured = model.generation_config.eos_token_id
+    ids = configured if isinstance(configured, list) else [configured]
+    return {int(i) for i in [*ids, tokenizer.eos_token_id] if i is not None}
 
-    def __init__(self, model_dir: Path, device: str, seed: int | None) -> None:
+
+@dataclass
+class _Request:
+    """One prompt waiting to be generated, with the options that decide which batch it may join."""
+
+    prompt: list[int]
+    options: tuple[int, float]
+    """(max_new_tokens, temperature): only requests with equal options share a `generate` call."""
+    future: asyncio.Future[tuple[list[int], list[float]]]
+
+
+@dataclass
+class _Queue:
+    """Prompts waiting in one event loop, and the task that drains them into batches."""
+
+    waiting: deque[_Request] = field(default_factory=deque)
+    drainer: asyncio.Task[None] | None = None
+
+
+class _Model:
+    """The model and tokenizer every episode's copy shares; the lock allows one generation at a time.
+
+    Prompts that arrive while the model is busy (or within `max_wait` seconds of each other) are
+    generated together, up to `batch_size` at a time, left-padded in one `generate` call.
+    """
+
+    def __init__(
+        self, model_dir: Path, device: str, seed: int | None, batch_size: int, max_wait: float
+    ) -> None:
         self.model_dir = model_dir
         self.device = device
         self.lock = threading.Lock()
+        self.template_lock = (
+            threading.Lock()
+        )  # a fast tokenizer refuses concurrent calls ("Already borrowed")
         self.rng = random.Random(seed)
+        self.batch_size = batch_size
+        self.max_wait = max_wait
         self.model: Any = None
         self.tokenizer: Any = None
+        self.generate_calls = 0
+        self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def load(self) -> None:
         """Load on first use, in a worker thread: loading reads the whole checkpoint."""
+        with self.lock:
+            self._load()
+
+    def _load(self) -> None:
         if self.model is not None:
             return
         try:
@@ -87,12 +134,87 @@ class _Model:
             self.model = None
             self.tokenizer = None
 
+    async def generate(
+        self, prompt: list[int], max_new_tokens: int, temperature: float
+    ) -> tuple[list[int], list[float]]:
+        """Completion ids and logprobs of one prompt, generated in a batch with whatever else is waiting."""
+        loop = asyncio.get_running_loop()
+        queue = self._queues.get(loop)
+        if queue is None:
+            queue = self._queues[loop] = _Queue()
+        future: asyncio.Future[tuple[list[int], list[float]]] = loop.create_future()
+        queue.waiting.append(_Request(prompt, (max_new_tokens, temperature), future))
+        if queue.drainer is None or queue.drainer.done():
+            queue.drainer = loop.create_task(self._drain(queue))
+        return await future
 
-def _stop_ids(model: Any, tokenizer: Any) -> set[int]:
-    """The ids that end a turn: the generation config's eos ids and the tokenizer's."""
-    configured = model.generation_config.eos_token_id
-    ids = configured if isinstance(configured, list) else [configured]
-    return {int(i) for i in [*ids, tokenizer.eos_token_id] if i is not None}
+    async def _drain(self, queue: _Queue) -> None:
+        while queue.waiting:
+            if len(queue.waiting) < self.batch_size and self.max_wait > 0:
+                await asyncio.sleep(self.max_wait)  # let episodes that ask together share the call
+            options = queue.waiting[0].options
+            batch = [r for r in queue.waiting if r.options == options][: self.batch_size]
+            for request in batch:
+                queue.waiting.remove(request)
+            batch = [r for r in batch if not r.future.done()]  # callers that were cancelled
+            if not batch:
+                continue
+            try:
+                results = await asyncio.to_thread(self.generate_batch, [r.prompt for r in batch], *options)
+            except BaseException as exc:
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for request, result in zip(batch, results, strict=True):
+                if not request.future.done():
+                    request.future.set_result(result)
+
+    def generate_batch(
+        self, prompts: list[list[int]], max_new_tokens: int, temperature: float
+    ) -> list[tuple[list[int], list[float]]]:
+        """Left-pad the prompts into one `generate` call; return each completion's ids (up to and
+        including its stop token) and their logprobs under the model, exactly as one call per prompt."""
+        import torch
+
+        with self.lock:
+            self._load()
+            model, tokenizer = self.model, self.tokenizer
+            stops = _stop_ids(model, tokenizer)
+            pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+            options: dict[str, Any] = {"do_sample": False}
+            if temperature > 0:
+                options = {"do_sample": True, "temperature": temperature}
+                torch.manual_seed(self.rng.randrange(2**63))
+            width = max(len(p) for p in prompts)
+            input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+            attention = torch.zeros((len(prompts), width), dtype=torch.long)
+            for row, prompt in enumerate(prompts):
+                input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
+                attention[row, width - len(prompt) :] = 1
+            with torch.inference_mode():
+                out = model.generate(
+                    input_ids.to(model.device),
+                    attention_mask=attention.to(model.device),
+                    max_new_tokens=max_new_tokens,
+                    eos_token_id=sorted(stops),
+                    pad_token_id=pad,
+                    return_dict_in_generate=True,
+                    output_logits=True,
+                    **options,
+                )
+                generated = out.sequences[:, width:].cpu()
+                logprobs = torch.log_softmax(torch.stack(out.logits, dim=1).float().cpu(), dim=-1)
+                logprobs = logprobs.gather(-1, generated[:, :, None])[:, :, 0]
+            self.generate_calls += 1
+        results = []
+        for row in range(len(prompts)):
+            ids = [int(i) for i in generated[row].tolist()]
+            end = next((k + 1 for k, i in enumerate(ids) if i in stops), len(ids))
+            results.append((ids[:end], [float(x) for x in logprobs[row, :end].tolist()]))
+        return results
 
 
 class TransformersPolicy(Policy):
@@ -102,6 +224,10 @@ class TransformersPolicy(Policy):
     temperature or top-k/top-p from the model's generation config), as vLLM reports them by default.
     `chat_template` overrides the tokenizer's. Generation runs in a worker thread, one at a time per model;
     sampling is seeded from `seed` call by call, so a run with the same calls in the same order repeats.
+
+    With `batch_size > 1`, turns of concurrent episodes that ask within `max_wait` seconds of each other
+    (or while a generation runs) share one left-padded `generate` call: greedy tokens are the same as
+    one call per turn, logprobs equal up to float rounding; sampled tokens depend on how calls batch.
     """
 
     name = "hf"
@@ -115,6 +241,8 @@ class TransformersPolicy(Policy):
         seed: int | None = None,
         device: str = "cpu",
         chat_template: str | None = None,
+        batch_size: int = 1,
+        max_wait: float = 0.005,
     ) -> None:
         path = Path(model_dir)
         if not (path / "config.json").is_file():
@@ -125,15 +253,16 @@ class TransformersPolicy(Policy):
         missing = [name for name in ("torch", "transformers") if find_spec(name) is None]
         if missing:
             raise ImportError(f"the hf policy needs {' and '.join(missing)}: {INSTALL_HINT}")
-        if max_new_tokens < 1 or temperature < 0:
+        if max_new_tokens < 1 or temperature < 0 or batch_size < 1 or max_wait < 0:
             raise ValueError(
-                f"need max_new_tokens >= 1 and temperature >= 0, got {max_new_tokens}, {temperature}"
+                "need max_new_tokens >= 1, temperature >= 0, batch_size >= 1 and max_wait >= 0; got "
+                f"{max_new_tokens}, {temperature}, {batch_size} and {max_wait}"
             )
         self.model_dir = path
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.chat_template = chat_template
-        self._shared = _Model(path, device, seed)
+        self._shared = _Model(path, device, seed, batch_size, max_wait)
         self._previous_tokens: list[int] | None = None
         self._turn = 0
 
@@ -144,8 +273,82 @@ class TransformersPolicy(Policy):
         episode._turn = 0
         return episode
 
+    # ------------------------------------------------------------ what a trainer's engine needs
+
+    def load(self) -> None:
+        """Load the model now (blocking) rather than on the first turn, e.g. to sync weights into it."""
+        self._shared.load()
+
+    @property
+    def model(self) -> Any:
+        """The loaded transformers model (loading it if needed); generation holds `lock` while using it."""
+        self._shared.load()
+        return self._shared.model
+
+    @property
+    def tokenizer(self) -> Any:
+        self._shared.load()
+        return self._shared.tokenizer
+
+    @property
+    def generate_calls(self) -> int:
+        """How many `generate` calls have run: fewer than turns when turns were batched."""
+        return self._shared.generate_calls
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Replace the weights between generations (never during one): how a trainer syncs its updates."""
+        import torch
+
+        shared = self._shared
+        with shared.lock, torch.no_grad():
+            shared._load()
+            shared.model.load_state_dict(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        """A copy of the current weights, taken between generations."""
+        shared = self._shared
+        with shared.lock:
+            shared._load()
+            return {name: tensor.detach().clone() for name, tensor in shared.model.state_dict().items()}
+
+    def rng_state(self) -> Any:
+        """The sampling seed stream, for checkpoints: a resumed run then samples as an unbroken one."""
+        return self._shared.rng.getstate()
+
+    def set_rng_state(self, state: Any) -> None:
+        """Restore `rng_state()`, also after a JSON round trip (which turns its tuples into lists)."""
+        version, internal, gauss = state
+        self._shared.rng.setstate((version, tuple(internal), gauss))
+
+    # ------------------------------------------------------------ the policy
+
     async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Generation:
-        return await asyncio.to_thread(self._act, messages, tools)
+        shared = self._shared
+        prompt, decode, stops = await asyncio.to_thread(self._prepare, messages, tools)
+        completion, logprobs = await shared.generate(prompt, self.max_new_tokens, self.temperature)
+        text = decode(completion, skip_special_tokens=True)
+        self._turn += 1
+        reason = token_drift(self._previous_tokens, prompt, self._turn, decode)
+        self._previous_tokens = prompt + completion
+        tokens = TokenTrace(
+            prompt_token_ids=prompt,
+            completion_token_ids=completion,
+            completion_logprobs=logprobs,
+            finish_reason="stop" if completion and completion[-1] in stops else "length",
+            sample_break=reason,
+        )
+        return Generation(message=parse_assistant_text(text), tokens=tokens, model=self.model_dir.name)
+
+    def _prepare(self, messages: list[Message], tools: list[ToolSpec]) -> tuple[list[int], Any, set[int]]:
+        """Load if needed and render the prompt (in a worker thread: both can take a while)."""
+        shared = self._shared
+        shared.load()
+        with shared.template_lock:
+            return (
+                self._prompt(messages, tools),
+                shared.tokenizer.decode,
+                _stop_ids(shared.model, shared.tokenizer),
+            )
 
     def _prompt(self, messages: list[Message], tools: list[ToolSpec]) -> list[int]:
         """The chat template applied once to the whole conversation, with the assistant's cue."""
@@ -166,53 +369,6 @@ class TransformersPolicy(Policy):
         if not isinstance(ids, list):  # some tokenizers answer a BatchEncoding whatever return_dict says
             ids = ids["input_ids"]
         return [int(i) for i in ids]
-
-    def _act(self, messages: list[Message], tools: list[ToolSpec]) -> Generation:
-        shared = self._shared
-        with shared.lock:
-            shared.load()
-            prompt = self._prompt(messages, tools)
-            completion, logprobs = self._generate(prompt)
-            text = shared.tokenizer.decode(completion, skip_special_tokens=True)
-            stops = _stop_ids(shared.model, shared.tokenizer)
-            decode = shared.tokenizer.decode
-        self._turn += 1
-        reason = token_drift(self._previous_tokens, prompt, self._turn, decode)
-        self._previous_tokens = prompt + completion
-        tokens = TokenTrace(
-            prompt_token_ids=prompt,
-            completion_token_ids=completion,
-            completion_logprobs=logprobs,
-            finish_reason="stop" if completion and completion[-1] in stops else "length",
-            sample_break=reason,
-        )
-        return Generation(message=parse_assistant_text(text), tokens=tokens, model=self.model_dir.name)
-
-    def _generate(self, prompt: list[int]) -> tuple[list[int], list[float]]:
-        """Sample a completion; return its token ids and each token's logprob under the model."""
-        import torch
-
-        model, tokenizer = self._shared.model, self._shared.tokenizer
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        options: dict[str, Any] = {"do_sample": False}
-        if self.temperature > 0:
-            options = {"do_sample": True, "temperature": self.temperature}
-            torch.manual_seed(self._shared.rng.randrange(2**63))
-        input_ids = torch.tensor([prompt], device=model.device)
-        with torch.inference_mode():
-            out = model.generate(
-                input_ids,
-                attention_mask=torch.ones_like(input_ids),
-                max_new_tokens=self.max_new_tokens,
-                pad_token_id=pad,
-                return_dict_in_generate=True,
-                output_logits=True,
-                **options,
-            )
-            completion = out.sequences[0, len(prompt) :]
-            logits = torch.stack(out.logits, dim=1)[0, : len(completion)].float()
-            logprobs = torch.log_softmax(logits, dim=-1).gather(-1, completion[:, None])[:, 0]
-        return [int(i) for i in completion.tolist()], [float(x) for x in logprobs.tolist()]
 
     async def close(self) -> None:
         """Drop the model so its memory can be freed (every episode's copy shares it)."""

@@ -36,8 +36,13 @@ class TrainConfig(BaseModel):
     max_new_tokens: int = Field(128, ge=1)
     temperature: float = Field(1.0, gt=0)
     chat_template: str | None = None
-    engine: Literal["hf"] = "hf"
-    """The rollout engine: Hugging Face generate on a synced copy of the weights (vLLM: not yet)."""
+    generation_batch_size: int = Field(8, ge=1)
+    """Turns of concurrent episodes generated together in one call (at most `concurrency` can be)."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """The rollout engine: Hugging Face generate on a synced copy of the weights, or vLLM in this process
+    (needs vLLM installed; `verify_sync` then checks the engine's hash changed, as its layout differs)."""
+    sync_timeout: float = Field(60.0, gt=0)
+    """Seconds a vLLM weight sync may take before the run stops with an error."""
     asynchronous: bool = Field(False, alias="async")
     """Generate the next batch while training on this one (with weights one step behind)."""
     max_staleness: int = Field(1, ge=0)

@@ -21,8 +21,10 @@ def weights_checksum(state: dict[str, torch.Tensor]) -> str:
     """sha256 over every tensor's name, dtype, shape and bytes, in name order."""
     digest = hashlib.sha256()
     for name in sorted(state):
-        tensor = state[name].detach().to("cpu").contiguous()
-        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}".encode())
+        tensor = (
+            state[name].detach().to("cpu").contiguous().reshape(-1)
+        )  # 0-d tensors cannot be viewed as bytes
+        digest.update(f"{name}|{tensor.dtype}|{tuple(state[name].shape)}".encode())
         digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
     return digest.hexdigest()
 
@@ -42,11 +44,21 @@ class RolloutEngine(Protocol):
 
     def checksum(self) -> str: ...
 
+    @property
+    def tokenizer(self) -> Any: ...
+
+    def rng_state(self) -> Any:
+        """The sampling seed stream, for checkpoints."""
+        ...
+
+    def set_rng_state(self, state: Any) -> None: ...
+
 
 class TransformersEngine:
     """Hugging Face `generate` on the engine's own copy of the model: the CPU fallback, and CI's engine.
 
-    It reuses envhub's `TransformersPolicy` (chat template once per turn, exact ids and logprobs).
+    It reuses envhub's `TransformersPolicy` (chat template once per turn, exact ids and logprobs);
+    turns of up to `batch_size` concurrent episodes are generated in one left-padded call.
     """
 
     def __init__(
@@ -57,6 +69,7 @@ class TransformersEngine:
         temperature: float = 1.0,
         seed: int | None = None,
         chat_template: str | None = None,
+        batch_size: int = 1,
     ) -> None:
         self._policy = TransformersPolicy(
             model_dir,
@@ -64,19 +77,18 @@ class TransformersEngine:
             temperature=temperature,
             seed=seed,
             chat_template=chat_template,
+            batch_size=batch_size,
         )
-        # TransformersPolicy loads lazily in a worker thread; load now so sync() has a model to fill.
-        self._shared: Any = self._policy._shared
-        self._shared.load()
+        self._policy.load()  # the policy loads lazily; sync() needs a model to fill
         self.version = 0
 
     @property
     def model(self) -> Any:
-        return self._shared.model
+        return self._policy.model
 
     @property
     def tokenizer(self) -> Any:
-        return self._shared.tokenizer
+        return self._policy.tokenizer
 
     def policy(self, *, greedy: bool = False) -> Policy:
         if not greedy:
@@ -86,18 +98,15 @@ class TransformersEngine:
         return greedy_policy
 
     def sync(self, state: dict[str, torch.Tensor], version: int) -> None:
-        with self._shared.lock, torch.no_grad():  # never mid-generation
-            self._shared.model.load_state_dict(state)
-            self.version = version
+        self._policy.load_state_dict(state)  # between generations, never during one
+        self.version = version
 
     def rng_state(self) -> Any:
         """The sampling seed stream, saved in checkpoints so a resumed run samples as an unbroken one."""
-        return self._shared.rng.getstate()
+        return self._policy.rng_state()
 
     def set_rng_state(self, state: Any) -> None:
-        version, internal, gauss = state
-        self._shared.rng.setstate((version, tuple(internal), gauss))
+        self._policy.set_rng_state(state)
 
     def checksum(self) -> str:
-        with self._shared.lock:
-            return weights_checksum(self._shared.model.state_dict())
+        return weights_checksum(self._policy.state_dict())

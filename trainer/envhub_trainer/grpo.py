@@ -33,16 +33,17 @@ from envhub.policies.base import Generation, Policy
 from envhub.records import Episode
 from envhub.rollout.runner import run_episode
 from envhub.tools import ToolSpec
+from envhub_trainer import distributed
 from envhub_trainer.config import TrainConfig
-from envhub_trainer.engine import TransformersEngine, weights_checksum
+from envhub_trainer.engine import RolloutEngine, TransformersEngine, weights_checksum
 from envhub_trainer.forward import micro_batch_logprobs, pack
 from envhub_trainer.loss import (
     LossStats,
+    denominator,
     group_advantages,
     grpo_loss,
     informative_groups,
     shaped_rewards,
-    step_denominator,
 )
 from envhub_trainer.samples import TrainSample, episode_samples
 from envhub_trainer.tasks import TaskSampler
@@ -109,7 +110,7 @@ async def play_groups(
 
 
 async def rollout(
-    config: TrainConfig, engine: TransformersEngine, tasks: list[int], draw: dict[str, Any]
+    config: TrainConfig, engine: RolloutEngine, tasks: list[int], draw: dict[str, Any]
 ) -> RolloutBatch:
     started, version = time.perf_counter(), engine.version
     groups, generation, env_seconds = await play_groups(config, engine.policy(), tasks, config.group_size)
@@ -198,13 +199,21 @@ def train_step(
     pad_id: int = 0,
 ) -> dict[str, float]:
     """Accumulate the loss over micro-batches, every one divided by the step's global token count, then
-    clip and step. One update per batch, so pi_old is the current model: ratio = exp(logp - sg[logp])."""
+    clip and step. One update per batch, so pi_old is the current model: ratio = exp(logp - sg[logp]).
+
+    Under torch.distributed (a sharded `model`, see `distributed.py`) `samples` are this rank's share:
+    the denominator counts every rank's tokens and gradients are summed over ranks, so the update equals
+    one process training on all the samples."""
     trained = [s for s in samples if any(s.loss_mask[1:])]
-    denominator = step_denominator([sum(s.loss_mask[1:]) for s in trained], config.loss)
+    tokens, sequences = distributed.global_lengths([sum(s.loss_mask[1:]) for s in trained])
+    scale = distributed.world_size()  # FSDP2 / DDP average gradients over ranks; the loss wants their sum
+    divide_by = denominator(tokens, sequences, config.loss) / scale
     optimiser.zero_grad()
     stats, total = LossStats(), 0.0
-    for rows in micro_batches(trained, config):
-        logprobs, tokens = micro_batch_logprobs(model, trained, rows, pad_id)
+    batches = micro_batches(trained, config)
+    forwards = distributed.global_max(len(batches))  # before any forward: collectives run in one order
+    for rows in batches:
+        logprobs, tokens_of = micro_batch_logprobs(model, trained, rows, pad_id)
         ref = None
         if ref_model is not None:
             with torch.no_grad():
@@ -212,22 +221,28 @@ def train_step(
         loss, micro = grpo_loss(
             logprobs,
             logprobs.detach(),
-            tokens.advantages,
-            tokens.sequence_ids,
+            tokens_of.advantages,
+            tokens_of.sequence_ids,
             config.loss,
-            denominator=denominator,
-            behaviour_logprobs=tokens.behaviour_logprobs,
+            denominator=divide_by,
+            behaviour_logprobs=tokens_of.behaviour_logprobs,
             ref_logprobs=ref,
         )
         loss.backward()  # type: ignore[no-untyped-call]
-        total += float(loss.detach())
+        total += float(loss.detach()) / scale
         stats.add(micro)
+    for _ in range(forwards - len(batches)):
+        # Sharded layers gather their weights in every forward: all ranks must run as many.
+        empty = model(input_ids=torch.full((1, 1), pad_id, dtype=torch.long), use_cache=False).logits
+        (empty.sum() * 0).backward()
     grad_norm = 0.0
-    if config.max_grad_norm is not None and trained:
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
-    if trained:
+    if config.max_grad_norm is not None and tokens:
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    if tokens:
         optimiser.step()
-    return {"loss": total, "grad_norm": grad_norm, "trained_tokens": stats.tokens, **stats.means()}
+    total, trained_tokens = distributed.global_sum([total, stats.tokens])
+    return {"loss": total, "grad_norm": grad_norm, "trained_tokens": trained_tokens, **stats.means()}
 
 
 # ---------------------------------------------------------------- run state on disk
@@ -281,6 +296,29 @@ def save_checkpoint(
 # ---------------------------------------------------------------- the loop
 
 
+def make_engine(config: TrainConfig, model_dir: Path) -> RolloutEngine:
+    """The configured rollout engine on its own copy of `model_dir`."""
+    if config.engine == "vllm":
+        from envhub_trainer.vllm_engine import VLLMEngine  # imports vLLM: only when asked for
+
+        return VLLMEngine(
+            model_dir,
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            seed=config.seed,
+            chat_template=config.chat_template,
+            sync_timeout=config.sync_timeout,
+        )
+    return TransformersEngine(
+        model_dir,
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        seed=config.seed,
+        chat_template=config.chat_template,
+        batch_size=config.generation_batch_size,
+    )
+
+
 def train(
     config: TrainConfig, *, on_step: Callable[[dict[str, Any]], None] | None = None
 ) -> list[dict[str, Any]]:
@@ -302,13 +340,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
     model.train()
     ref_model = copy.deepcopy(model).eval() if config.loss.kl_coef > 0 else None
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    engine = TransformersEngine(
-        source,
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.temperature,
-        seed=config.seed,
-        chat_template=config.chat_template,
-    )
+    engine = make_engine(config, source)
     pad_id = engine.tokenizer.pad_token_id or 0
     sampler = TaskSampler(
         config.task_seed_start, curriculum=config.curriculum, pool=config.task_pool, seed=config.seed
@@ -346,6 +378,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
 
     rows: list[dict[str, Any]] = []
     dropped_stale = 0
+    last_checksum = engine.checksum() if config.verify_sync and config.engine == "vllm" else None
     pending: asyncio.Task[RolloutBatch] | None = None
     if config.eval_every and step == 0:
         rows_eval = await evaluate(config, engine)
@@ -378,7 +411,13 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
             checks: dict[str, Any] = {}
             if config.verify_sync and pending is None and step < config.steps:
                 checks["weights_checksum"] = checksum = engine.checksum()
-                if checksum != weights_checksum(model.state_dict()):
+                if config.engine == "vllm":  # vLLM fuses layers: its hash can only show the weights changed
+                    if checksum == last_checksum:
+                        raise RuntimeError(
+                            f"weight sync failed at version {version}: vLLM's weights did not change"
+                        )
+                    last_checksum = checksum
+                elif checksum != weights_checksum(model.state_dict()):
                     raise RuntimeError(f"weight sync failed at version {version}: engine and trainer differ")
             completion_tokens = sum(s.completion_tokens for s in data.samples)
             row: dict[str, Any] = {
@@ -402,7 +441,8 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
                 "env_seconds": batch.env_seconds,
                 "train_seconds": train_seconds,
                 "sync_seconds": sync_seconds,
-                "rollout_tokens_per_second": completion_tokens / max(batch.generation_seconds, 1e-9),
+                "rollout_tokens_per_second": completion_tokens
+                / max(batch.seconds, 1e-9),  # wall: turns overlap
                 "train_tokens_per_second": sum(len(s.token_ids) for s in data.samples)
                 / max(train_seconds, 1e-9),
                 **(sampler.counts() if config.curriculum else {}),
@@ -445,7 +485,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
     return rows
 
 
-async def evaluate(config: TrainConfig, engine: TransformersEngine) -> float:
+async def evaluate(config: TrainConfig, engine: RolloutEngine) -> float:
     """Mean reward of greedy episodes on held-out seeds (one per task): the curve to judge a run by."""
     tasks = list(range(config.eval_seed_start, config.eval_seed_start + config.eval_tasks))
     clock = [0.0]

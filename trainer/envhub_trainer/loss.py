@@ -103,9 +103,13 @@ def step_denominator(lengths: Sequence[int], config: LossConfig) -> float:
     Each micro-batch divides by this same number, so summing their gradients gives the gradient of the
     whole batch whatever the micro-batch size or the number of ranks.
     """
-    sequences = sum(1 for n in lengths if n > 0)
+    return denominator(sum(lengths), sum(1 for n in lengths if n > 0), config)
+
+
+def denominator(tokens: int, sequences: int, config: LossConfig) -> float:
+    """`step_denominator` from the totals alone: what data-parallel ranks all-reduce."""
     if config.normalisation == "token":
-        return float(max(sum(lengths), 1))
+        return float(max(tokens, 1))
     if config.normalisation == "dr_grpo":
         return float(max(sequences, 1) * config.max_tokens)
     return float(max(sequences, 1))
@@ -238,6 +242,7 @@ def shaped_rewards(
 __all__ = [
     "LossConfig",
     "LossStats",
+    "denominator",
     "group_advantages",
     "grpo_loss",
     "informative_groups",
