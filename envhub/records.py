@@ -104,6 +104,8 @@ class TokenSample(BaseModel):
     """1 on tokens the policy sampled, 0 on prompt and environment tokens."""
     logprobs: list[float]
     """The behaviour policy's logprob of each sampled token; 0.0 where the mask is 0."""
+    turn_indices: list[int] = Field(default_factory=list)
+    """The turns this sequence covers, so facts recorded per turn can be joined to it."""
 
 
 def token_samples(turns: list[Turn]) -> list[TokenSample]:
@@ -117,6 +119,7 @@ def token_samples(turns: list[Turn]) -> list[TokenSample]:
     ids: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
+    covered: list[int] = []
     for turn in turns:
         trace = turn.tokens
         if trace is None or trace.prompt_token_ids is None:
@@ -124,14 +127,17 @@ def token_samples(turns: list[Turn]) -> list[TokenSample]:
         prompt = trace.prompt_token_ids
         extends = bool(ids) and trace.sample_break is None and prompt[: len(ids)] == ids
         if ids and not extends:
-            samples.append(TokenSample(token_ids=ids, loss_mask=mask, logprobs=logprobs))
-            ids, mask, logprobs = [], [], []
+            samples.append(
+                TokenSample(token_ids=ids, loss_mask=mask, logprobs=logprobs, turn_indices=covered)
+            )
+            ids, mask, logprobs, covered = [], [], [], []
         new_context = prompt[len(ids) :]
         completion = trace.completion_token_ids
         sampled = trace.completion_logprobs or [0.0] * len(completion)
         ids = [*ids, *new_context, *completion]
         mask = [*mask, *([0] * len(new_context)), *([1] * len(completion))]
         logprobs = [*logprobs, *([0.0] * len(new_context)), *sampled]
+        covered = [*covered, turn.index]
     if ids:
-        samples.append(TokenSample(token_ids=ids, loss_mask=mask, logprobs=logprobs))
+        samples.append(TokenSample(token_ids=ids, loss_mask=mask, logprobs=logprobs, turn_indices=covered))
     return samples

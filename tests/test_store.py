@@ -93,12 +93,14 @@ def test_token_samples_join_extending_turns_and_split_on_drift() -> None:
     assert joined[0].token_ids == [1, 2, 3, 4, 5, 6, 7]
     assert joined[0].loss_mask == [0, 0, 0, 1, 1, 0, 1]
     assert joined[0].logprobs == [0.0, 0.0, 0.0, -0.5, -0.25, 0.0, -1.0]
+    assert joined[0].turn_indices == [0, 1]
     drifted = episode(0).turns
     drifted[1] = drifted[1].model_copy(
         update={"tokens": TokenTrace(prompt_token_ids=[1, 2, 9, 4, 5, 6], completion_token_ids=[7])}
     )
     split = token_samples(drifted)
     assert [s.token_ids for s in split] == [[1, 2, 3, 4, 5], [1, 2, 9, 4, 5, 6, 7]]
+    assert [s.turn_indices for s in split] == [[0], [1]]
     flagged = episode(0).turns
     flagged[1] = flagged[1].model_copy(
         update={"tokens": flagged[1].tokens.model_copy(update={"sample_break": "template changed"})}  # type: ignore[union-attr]

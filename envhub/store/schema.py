@@ -55,6 +55,7 @@ SAMPLE = pa.struct(
         ("token_ids", pa.list_(pa.int32())),
         ("loss_mask", pa.list_(pa.int8())),
         ("logprobs", pa.list_(pa.float64())),
+        ("turn_indices", pa.list_(pa.int32())),
     ]
 )
 PROVENANCE = pa.struct(

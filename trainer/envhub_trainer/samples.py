@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from envhub.records import Episode, Turn, token_samples
+from envhub.records import Episode, token_samples
 
 log = logging.getLogger(__name__)
 
@@ -42,29 +42,11 @@ class TrainSample:
         return sum(self.loss_mask)
 
 
-def _turn_runs(turns: list[Turn]) -> list[list[Turn]]:
-    """The turns of each sample `token_samples` makes, by the same rule, so facts per turn can be joined."""
-    runs: list[list[Turn]] = []
-    context: list[int] = []
-    for turn in turns:
-        trace = turn.tokens
-        if trace is None or trace.prompt_token_ids is None:
-            break
-        prompt = trace.prompt_token_ids
-        extends = bool(context) and trace.sample_break is None and prompt[: len(context)] == context
-        if not extends:
-            runs.append([])
-        runs[-1].append(turn)
-        context = [*prompt, *trace.completion_token_ids]
-    return runs
-
-
 def episode_samples(episode: Episode, *, group: int, version: int) -> list[TrainSample]:
     """The samples of one episode; each carries the episode's reward (the return is what is credited)."""
     pieces = token_samples(episode.turns)
-    runs = _turn_runs(episode.turns)
-    if len(pieces) != len(runs):
-        raise RuntimeError(f"episode {episode.episode_id}: {len(pieces)} token samples for {len(runs)} runs")
+    by_index = {turn.index: turn for turn in episode.turns}
+    runs = [[by_index[i] for i in piece.turn_indices] for piece in pieces]
     missing = len(episode.turns) - sum(len(r) for r in runs)
     if missing:
         log.warning(
