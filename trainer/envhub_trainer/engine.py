@@ -44,6 +44,10 @@ class RolloutEngine(Protocol):
 
     def checksum(self) -> str: ...
 
+    def metrics(self) -> dict[str, float]:
+        """Engine counters for the step's metrics row (e.g. vLLM's prefix-cache hit rate); may be empty."""
+        ...
+
     @property
     def tokenizer(self) -> Any: ...
 
@@ -110,3 +114,6 @@ class TransformersEngine:
 
     def checksum(self) -> str:
         return weights_checksum(self._policy.state_dict())
+
+    def metrics(self) -> dict[str, float]:
+        return {}

@@ -446,6 +446,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
                 "train_tokens_per_second": sum(len(s.token_ids) for s in data.samples)
                 / max(train_seconds, 1e-9),
                 **(sampler.counts() if config.curriculum else {}),
+                **engine.metrics(),
                 **checks,
             }
             if config.eval_every and step % config.eval_every == 0:

@@ -177,6 +177,9 @@ class VLLMEngine:
             pool.shutdown(wait=False)
         self.version = version
 
+    def metrics(self) -> dict[str, float]:
+        return {}
+
     def checksum(self) -> str:
         """sha256 of vLLM's own weights (its fused layout: compare versions of it, not with HF names)."""
         with self._lock:
