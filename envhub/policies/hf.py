@@ -15,9 +15,6 @@ import copy
 import json
 import random
 import threading
-import weakref
-from collections import deque
-from dataclasses import dataclass, field
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from typing import Any
 from envhub.core import Env
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy, TokenTrace, token_drift
+from envhub.policies.batching import MicroBatcher
 from envhub.text_format import parse_assistant_text
 from envhub.tools import ToolSpec
 
@@ -68,24 +66,6 @@ def _stop_ids(model: Any, tokenizer: Any) -> set[int]:
     return {int(i) for i in [*ids, tokenizer.eos_token_id] if i is not None}
 
 
-@dataclass
-class _Request:
-    """One prompt waiting to be generated, with the options that decide which batch it may join."""
-
-    prompt: list[int]
-    options: tuple[int, float]
-    """(max_new_tokens, temperature): only requests with equal options share a `generate` call."""
-    future: asyncio.Future[tuple[list[int], list[float]]]
-
-
-@dataclass
-class _Queue:
-    """Prompts waiting in one event loop, and the task that drains them into batches."""
-
-    waiting: deque[_Request] = field(default_factory=deque)
-    drainer: asyncio.Task[None] | None = None
-
-
 class _Model:
     """The model and tokenizer every episode's copy shares; the lock allows one generation at a time.
 
@@ -103,13 +83,15 @@ class _Model:
             threading.Lock()
         )  # a fast tokenizer refuses concurrent calls ("Already borrowed")
         self.rng = random.Random(seed)
-        self.batch_size = batch_size
-        self.max_wait = max_wait
         self.model: Any = None
         self.tokenizer: Any = None
         self.generate_calls = 0
-        self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = (
-            weakref.WeakKeyDictionary()
+        self.batcher: MicroBatcher[list[int], tuple[int, float], tuple[list[int], list[float]]] = (
+            MicroBatcher(
+                lambda prompts, options: self.generate_batch(prompts, *options),
+                batch_size=batch_size,
+                max_wait=max_wait,
+            )
         )
 
     def load(self) -> None:
@@ -138,39 +120,7 @@ class _Model:
         self, prompt: list[int], max_new_tokens: int, temperature: float
     ) -> tuple[list[int], list[float]]:
         """Completion ids and logprobs of one prompt, generated in a batch with whatever else is waiting."""
-        loop = asyncio.get_running_loop()
-        queue = self._queues.get(loop)
-        if queue is None:
-            queue = self._queues[loop] = _Queue()
-        future: asyncio.Future[tuple[list[int], list[float]]] = loop.create_future()
-        queue.waiting.append(_Request(prompt, (max_new_tokens, temperature), future))
-        if queue.drainer is None or queue.drainer.done():
-            queue.drainer = loop.create_task(self._drain(queue))
-        return await future
-
-    async def _drain(self, queue: _Queue) -> None:
-        while queue.waiting:
-            if len(queue.waiting) < self.batch_size and self.max_wait > 0:
-                await asyncio.sleep(self.max_wait)  # let episodes that ask together share the call
-            options = queue.waiting[0].options
-            batch = [r for r in queue.waiting if r.options == options][: self.batch_size]
-            for request in batch:
-                queue.waiting.remove(request)
-            batch = [r for r in batch if not r.future.done()]  # callers that were cancelled
-            if not batch:
-                continue
-            try:
-                results = await asyncio.to_thread(self.generate_batch, [r.prompt for r in batch], *options)
-            except BaseException as exc:
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(exc)
-                if not isinstance(exc, Exception):
-                    raise
-                continue
-            for request, result in zip(batch, results, strict=True):
-                if not request.future.done():
-                    request.future.set_result(result)
+        return await self.batcher.submit(prompt, (max_new_tokens, temperature))
 
     def generate_batch(
         self, prompts: list[list[int]], max_new_tokens: int, temperature: float

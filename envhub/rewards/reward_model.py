@@ -15,9 +15,7 @@ import math
 import random
 import threading
 import weakref
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -27,6 +25,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 from envhub.authoring.rewards import reward
 from envhub.core import InfrastructureError
 from envhub.messages import Message, assistant
+from envhub.policies.batching import MicroBatcher
 from envhub.policies.hf import template_message
 from envhub.policies.openai import RETRIED_STATUSES
 from envhub.rewards.conversation import as_messages, split_answer
@@ -85,14 +84,6 @@ class _Scorer:
         return None
 
 
-@dataclass
-class _Queue:
-    """Conversations waiting for a forward pass in one event loop, and the task that drains them."""
-
-    waiting: deque[tuple[list[Message], asyncio.Future[float]]] = field(default_factory=deque)
-    drainer: asyncio.Task[None] | None = None
-
-
 class LocalRewardModel(_Scorer):
     """A transformers sequence-classification model (`num_labels=1`) in `model_dir`, run in this process.
 
@@ -130,8 +121,8 @@ class LocalRewardModel(_Scorer):
         self._lock = threading.Lock()
         self._model: Any = None
         self._tokenizer: Any = None
-        self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = (
-            weakref.WeakKeyDictionary()
+        self._batcher: MicroBatcher[list[Message], None, float] = MicroBatcher(
+            self._forward_batch, batch_size=batch_size, max_wait=max_wait
         )
 
     def load(self) -> None:
@@ -200,48 +191,19 @@ class LocalRewardModel(_Scorer):
 
     async def score_batch(self, items: Sequence[tuple[Prompt, str]]) -> list[float]:
         """Scores for (prompt, answer) pairs, micro-batched with any other requests in flight."""
-        if not items:
-            return []
-        loop = asyncio.get_running_loop()
-        queue = self._queues.get(loop)
-        if queue is None:
-            queue = self._queues[loop] = _Queue()
-        futures = []
-        for prompt, answer in items:
-            future: asyncio.Future[float] = loop.create_future()
-            queue.waiting.append((conversation(prompt, answer), future))
-            futures.append(future)
-        if queue.drainer is None or queue.drainer.done():
-            queue.drainer = loop.create_task(self._drain(queue))
-        return list(await asyncio.gather(*futures))
+        return list(await asyncio.gather(*(self._batcher.submit(conversation(p, a), None) for p, a in items)))
 
-    async def _drain(self, queue: _Queue) -> None:
-        while queue.waiting:
-            if len(queue.waiting) < self.batch_size and self.max_wait > 0:
-                await asyncio.sleep(self.max_wait)  # let requests that arrive together share the pass
-            size = min(self.batch_size, len(queue.waiting))
-            batch = [queue.waiting.popleft() for _ in range(size)]
-            batch = [(c, f) for c, f in batch if not f.done()]  # callers that were cancelled
-            if not batch:
-                continue
-            try:
-                scores = await asyncio.to_thread(self.forward, [c for c, _ in batch])
-            except (ImportError, ValueError, OSError) as exc:  # misconfiguration: say so as it is
-                failure: BaseException = exc
-            except Exception as exc:
-                failure = RewardModelError(
-                    f"the reward model in {self.model_dir} failed a forward pass of {len(batch)} "
-                    f"conversations: {type(exc).__name__}: {exc}"
-                )
-                failure.__cause__ = exc
-            else:
-                for (_, future), value in zip(batch, scores, strict=True):
-                    if not future.done():
-                        future.set_result(value)
-                continue
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(failure)
+    def _forward_batch(self, conversations: list[list[Message]], _: None) -> list[float]:
+        """`forward`, with a failure of the model itself named as the reward model's."""
+        try:
+            return self.forward(conversations)
+        except (ImportError, ValueError, OSError):  # misconfiguration: say so as it is
+            raise
+        except Exception as exc:
+            raise RewardModelError(
+                f"the reward model in {self.model_dir} failed a forward pass of {len(conversations)} "
+                f"conversations: {type(exc).__name__}: {exc}"
+            ) from exc
 
     async def close(self) -> None:
         """Free the model; it is loaded again if used after."""
