@@ -49,8 +49,10 @@ lint: install
 	$(VENV)/bin/mypy envhub envs tests benchmarks
 	$(VENV)/bin/mypy trainer  # separately: its tests' conftest would clash with envs/swe's as a module name
 
+# Everything: lint, the suite, then the vLLM tests in vLLM's own venv.
 test: lint bubblewrap
 	$(VENV)/bin/pytest
+	$(MAKE) test-vllm
 
 # The trainer's vLLM engine against a real (CPU) vLLM: the tests that skip in the main venv.
 test-vllm: install-vllm bubblewrap
