@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,7 +45,10 @@ def train(
         options = load_config(config)
     except USER_ERRORS as exc:
         raise fail(exc) from None
-    with Progress(
+    if os.environ.get("RANK", "0") != "0":  # one of torchrun's other ranks: it trains, rank 0 reports
+        run_grpo(options)
+        return
+    with Progress(  # with `data_parallel`, this process is rank 0: the rows come straight to on_step
         TextColumn("[bold]GRPO"),
         BarColumn(),
         MofNCompleteColumn(),

@@ -38,9 +38,12 @@ class TrainConfig(BaseModel):
     chat_template: str | None = None
     generation_batch_size: int = Field(8, ge=1)
     """Turns of concurrent episodes generated together in one call (at most `concurrency` can be)."""
-    engine: Literal["hf", "vllm"] = "hf"
-    """The rollout engine: Hugging Face generate on a synced copy of the weights, or vLLM in this process
-    (needs vLLM installed; `verify_sync` then checks the engine's hash changed, as its layout differs)."""
+    engine: Literal["hf", "vllm", "vllm-server"] = "hf"
+    """The rollout engine: Hugging Face generate on a synced copy of the weights, vLLM in this process, or
+    vLLM's OpenAI-compatible server over HTTP (both need vLLM; `verify_sync` then checks the engine's
+    fingerprint changed, as its weight layout differs from the trainer's)."""
+    engine_url: str | None = None
+    """With `vllm-server`: a running server (started with VLLM_SERVER_DEV_MODE=1) instead of starting one."""
     sync_timeout: float = Field(60.0, gt=0)
     """Seconds a vLLM weight sync may take before the run stops with an error."""
     asynchronous: bool = Field(False, alias="async")
@@ -51,6 +54,10 @@ class TrainConfig(BaseModel):
     pass_threshold: float = 1.0
     """An episode passes when its reward is at least this (for the pass rate and the curriculum)."""
     seed: int = 0
+    data_parallel: int = Field(1, ge=1)
+    """Processes training data-parallel with FSDP2; rank 0 also runs the rollout engine and the
+    environments and hands every rank its share of each step's samples. `train` starts the other ranks
+    itself, or joins the ones `torchrun` started (then its world size must equal this)."""
     task_seed_start: int = 0
     """Training tasks are env seeds counted up from here; evaluation uses `eval_seed_start` onwards."""
     curriculum: bool = False
@@ -63,6 +70,14 @@ class TrainConfig(BaseModel):
     eval_seed_start: int = 1_000_000
     checkpoint_every: int = Field(10, ge=0)
     concurrency: int = Field(8, ge=1)
+    ray: bool = False
+    """Play episodes on Ray actors (env workers against engine actors); the trainer stays the driver."""
+    ray_address: str | None = None
+    """The Ray cluster to join (`auto`, `ray://host:port`); unset starts a local Ray on this machine."""
+    env_workers: int = Field(2, ge=1)
+    """With `ray`: environment actors; the `concurrency` episodes in flight are spread over them."""
+    rollout_workers: int = Field(1, ge=1)
+    """With `ray`: engine actors, each holding a copy of the weights (every sync reaches all of them)."""
     logged_episodes: int = Field(2, ge=0)
     """Episodes per step written to samples.jsonl for the report."""
     verify_sync: bool = False

@@ -48,6 +48,10 @@ class RolloutEngine(Protocol):
         """Engine counters for the step's metrics row (e.g. vLLM's prefix-cache hit rate); may be empty."""
         ...
 
+    def close(self) -> None:
+        """Stop what the engine started (a server process, Ray actors); called once the run ends."""
+        ...
+
     @property
     def tokenizer(self) -> Any: ...
 
@@ -117,3 +121,6 @@ class TransformersEngine:
 
     def metrics(self) -> dict[str, float]:
         return {}
+
+    def close(self) -> None:
+        """Nothing to stop: the model copy is freed with the engine."""

@@ -7,6 +7,9 @@ Synchronous and asynchronous runs share this loop. Async starts generating the n
 weights before this step's update) while the step trains, so each batch arrives one version stale;
 the truncated importance weight in the loss corrects for it, and batches staler than `max_staleness`
 are dropped and counted.
+
+With `data_parallel: N` (processes started by `launch.py`) only the step runs on every rank: rank 0
+does all the rest and hands each rank its share of the samples (`lead_step`; the others `follow`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from envhub.policies.base import Generation, Policy
 from envhub.records import Episode
 from envhub.rollout.runner import run_episode
 from envhub.tools import ToolSpec
-from envhub_trainer import distributed
+from envhub_trainer import distributed, launch
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.engine import RolloutEngine, TransformersEngine, weights_checksum
 from envhub_trainer.forward import micro_batch_logprobs, pack
@@ -90,7 +93,13 @@ class RolloutBatch:
 async def play_groups(
     config: TrainConfig, policy: Policy, tasks: list[int], group_size: int
 ) -> tuple[list[list[Episode]], float, float]:
-    """`group_size` episodes of every task (same seed, different samples); returns generation/env seconds."""
+    """`group_size` episodes of every task (same seed, different samples); returns generation/env seconds.
+
+    With `ray: true` the environment-worker actors play them against the engine actors instead."""
+    if config.ray:
+        from envhub_trainer import ray_rollout  # imports Ray: only when asked for
+
+        return await ray_rollout.play_groups(policy, tasks, group_size)
     clock = [0.0]
     timed = _TimedPolicy(policy, clock)
     slots = asyncio.Semaphore(config.concurrency)
@@ -245,6 +254,76 @@ def train_step(
     return {"loss": total, "grad_norm": grad_norm, "trained_tokens": trained_tokens, **stats.means()}
 
 
+# ---------------------------------------------------------------- a step over several ranks
+
+
+@dataclass
+class Share:
+    """One rank's part of a step, as rank 0 hands it out (the whole step in a single-process run)."""
+
+    samples: list[TrainSample]
+    pad_id: int
+    checkpoint: bool
+    """A checkpoint follows this step: every rank helps gather the optimiser state for it."""
+
+
+@dataclass
+class Trained:
+    """What a step leaves behind; only rank 0 keeps the whole weights and optimiser state."""
+
+    losses: dict[str, float]
+    weights: dict[str, torch.Tensor]
+    """Every tensor whole: what rank 0 syncs its engine from and saves."""
+    optimiser_state: dict[str, Any] | None
+
+
+def lead_step(
+    model: Any,
+    optimiser: torch.optim.Optimizer,
+    samples: list[TrainSample],
+    config: TrainConfig,
+    *,
+    ref_model: Any,
+    pad_id: int,
+    checkpoint: bool,
+) -> Trained:
+    """Rank 0: hand every rank its share of the samples, balanced by token count, and train on its own."""
+    split = distributed.balance([len(s.token_ids) for s in samples], distributed.world_size())
+    share = distributed.scatter([Share([samples[i] for i in part], pad_id, checkpoint) for part in split])
+    return train_share(model, optimiser, share, config, ref_model)
+
+
+def follow(model: Any, optimiser: torch.optim.Optimizer, config: TrainConfig, ref_model: Any) -> None:
+    """Every rank but 0: train on the share rank 0 hands out for each step, until it sends a stop."""
+    while (share := distributed.scatter(None)) is not None:
+        train_share(model, optimiser, share, config, ref_model)
+
+
+def stop_followers() -> None:
+    """Rank 0 is done (or failed between steps, while the others wait for a share): `follow` returns.
+
+    Best effort: if a rank is gone, its launcher (`launch.py` or torchrun) reports it and ends the rest."""
+    try:
+        distributed.scatter([None] * distributed.world_size())
+    except Exception as error:
+        log.warning("could not tell the other ranks to stop: %s", error)
+
+
+def train_share(
+    model: Any, optimiser: torch.optim.Optimizer, share: Share, config: TrainConfig, ref_model: Any
+) -> Trained:
+    """The collective part of a step, which every rank runs in this order: the update, the whole weights
+    (for rank 0's engine) and, when a checkpoint follows, the whole optimiser state."""
+    losses = train_step(model, optimiser, share.samples, config, ref_model=ref_model, pad_id=share.pad_id)
+    # train_step sums the loss and token count over ranks, but its loss-term means are this rank's own.
+    terms = LossStats().means().keys()
+    mine = sum(sum(s.loss_mask[1:]) for s in share.samples)
+    losses |= distributed.global_token_means({k: losses[k] for k in terms}, mine)
+    weights = distributed.full_state_dict(model)
+    optimiser_state = distributed.optimiser_state(model, optimiser) if share.checkpoint else None
+    return Trained(losses, weights, optimiser_state)
+
+
 # ---------------------------------------------------------------- run state on disk
 
 
@@ -273,16 +352,24 @@ class Run:
 
 
 def save_checkpoint(
-    run: Run, model: Any, tokenizer: Any, optimiser: torch.optim.Optimizer, state: dict[str, Any]
+    run: Run,
+    model: Any,
+    weights: dict[str, torch.Tensor],
+    tokenizer: Any,
+    optimiser_state: dict[str, Any],
+    state: dict[str, Any],
 ) -> None:
-    """Model, optimiser, step, weight version, RNG states and data position, replaced atomically."""
+    """Model, optimiser, step, weight version, RNG states and data position, replaced atomically.
+
+    `weights` and `optimiser_state` are whole (gathered from every rank under data parallel) and in the
+    format one process writes, so a checkpoint resumes with any `data_parallel`."""
     staging = run.directory / "checkpoint.tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    model.save_pretrained(staging / "model")
+    model.save_pretrained(staging / "model", state_dict=weights)
     tokenizer.save_pretrained(staging / "model")
     torch.save(
         {
-            "optimiser": optimiser.state_dict(),
+            "optimiser": optimiser_state,
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
         },
@@ -297,7 +384,11 @@ def save_checkpoint(
 
 
 def make_engine(config: TrainConfig, model_dir: Path) -> RolloutEngine:
-    """The configured rollout engine on its own copy of `model_dir`."""
+    """The configured rollout engine on its own copy of `model_dir`; with `ray: true`, on Ray actors."""
+    if config.ray:
+        from envhub_trainer.ray_rollout import RayEngine  # imports Ray: only when asked for
+
+        return RayEngine(config, model_dir)
     if config.engine == "vllm":
         from envhub_trainer.vllm_engine import VLLMEngine  # imports vLLM: only when asked for
 
@@ -308,6 +399,20 @@ def make_engine(config: TrainConfig, model_dir: Path) -> RolloutEngine:
             seed=config.seed,
             chat_template=config.chat_template,
             sync_timeout=config.sync_timeout,
+            batch_size=config.generation_batch_size,
+        )
+    if config.engine == "vllm-server":
+        from envhub_trainer.vllm_server import VLLMServerEngine
+
+        return VLLMServerEngine(
+            model_dir,
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            seed=config.seed,
+            chat_template=config.chat_template,
+            sync_timeout=config.sync_timeout,
+            url=config.engine_url,
+            concurrency=config.concurrency,
         )
     return TransformersEngine(
         model_dir,
@@ -322,68 +427,89 @@ def make_engine(config: TrainConfig, model_dir: Path) -> RolloutEngine:
 def train(
     config: TrainConfig, *, on_step: Callable[[dict[str, Any]], None] | None = None
 ) -> list[dict[str, Any]]:
-    """Run (or resume) GRPO as `config` says; returns this session's metric rows."""
-    return asyncio.run(_train(config, on_step or (lambda row: None)))
+    """Run (or resume) GRPO as `config` says; returns this session's metric rows.
+
+    With `data_parallel: N` this process is rank 0 and starts ranks 1..N-1 itself (`launch.py`); under
+    torchrun every process calls this, and the ranks other than 0 return no rows."""
+    with launch.ranks(config, train):
+        return asyncio.run(_train(config, on_step or (lambda row: None)))
 
 
 async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+    """Every rank loads (or resumes) the model and optimiser; rank 0 then runs the loop, rolling out and
+    logging, and the other ranks `follow` it, training on their share of each step."""
     from transformers import AutoModelForCausalLM
 
     run = Run(config.run_dir)
-    run.directory.mkdir(parents=True, exist_ok=True)
-    (run.directory / "config.json").write_text(config.model_dump_json(indent=2, by_alias=True))
+    lead = distributed.rank() == 0
+    if lead:
+        run.directory.mkdir(parents=True, exist_ok=True)
+        (run.directory / "config.json").write_text(config.model_dump_json(indent=2, by_alias=True))
     resume = (run.checkpoint / "state.json").exists()
     source = run.checkpoint / "model" if resume else config.model
     torch.manual_seed(config.seed)
     random.seed(config.seed)
     model: Any = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch.float32)
     model.train()
+    # The reference stays whole on every rank: it runs only on real micro-batches, while sharded layers
+    # need every rank to run the same number of forwards.
     ref_model = copy.deepcopy(model).eval() if config.loss.kl_coef > 0 else None
+    if distributed.active():
+        model = distributed.shard(model)
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    engine = make_engine(config, source)
-    pad_id = engine.tokenizer.pad_token_id or 0
-    sampler = TaskSampler(
-        config.task_seed_start, curriculum=config.curriculum, pool=config.task_pool, seed=config.seed
-    )
     step = version = 0
+    state: dict[str, Any] = {}
     if resume:
         state = json.loads((run.checkpoint / "state.json").read_text())
         extra = torch.load(run.checkpoint / "trainer.pt", weights_only=False)
-        optimiser.load_state_dict(extra["optimiser"])
+        distributed.load_optimiser_state(model, optimiser, extra["optimiser"])
         torch.set_rng_state(extra["torch_rng"])
         random.setstate(extra["python_rng"])
-        sampler.load_state_dict(state["sampler"])
-        engine.set_rng_state(state["engine_rng"])
         step, version = state["step"], state["version"]
-        run.truncate_after(step)
         if ref_model is not None:  # the reference is the run's starting model, not the checkpoint
             reference: Any = AutoModelForCausalLM.from_pretrained(config.model, local_files_only=True)
             ref_model = reference.eval()
-        log.info("resumed %s at step %d", run.directory, step)
-    if config.tensorboard:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
+    weights = distributed.full_state_dict(model)
+    if not lead:
+        follow(model, optimiser, config, ref_model)  # blocking: nothing else runs on this rank
+        return []
 
-            run.tensorboard = SummaryWriter(str(run.directory / "tb"))
-        except ImportError:
-            log.info("tensorboard is not installed: metrics go to metrics.jsonl only")
-
-    def start_rollout() -> asyncio.Task[RolloutBatch]:
-        """Sync the engine to the trainer's current weights, then generate the next batch."""
-        if engine.version != version:
-            engine.sync(model.state_dict(), version)
-        tasks = sampler.draw(config.tasks_per_step)
-        draw = sampler.state_dict()
-        return asyncio.create_task(rollout(config, engine, tasks, draw))
-
-    rows: list[dict[str, Any]] = []
-    dropped_stale = 0
-    last_checksum = engine.checksum() if config.verify_sync and config.engine == "vllm" else None
     pending: asyncio.Task[RolloutBatch] | None = None
-    if config.eval_every and step == 0:
-        rows_eval = await evaluate(config, engine)
-        run.log("metrics.jsonl", {"step": 0, "eval_reward": rows_eval, "version": version})
-    try:
+    engine: RolloutEngine | None = None
+    followers_wait = distributed.world_size() > 1  # in `follow`, for the next share
+    try:  # whatever fails on rank 0 from here, the others are told to stop (unless mid-step with it)
+        engine = make_engine(config, source)
+        pad_id = engine.tokenizer.pad_token_id or 0
+        sampler = TaskSampler(
+            config.task_seed_start, curriculum=config.curriculum, pool=config.task_pool, seed=config.seed
+        )
+        if resume:
+            sampler.load_state_dict(state["sampler"])
+            engine.set_rng_state(state["engine_rng"])
+            run.truncate_after(step)
+            log.info("resumed %s at step %d", run.directory, step)
+        if config.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                run.tensorboard = SummaryWriter(str(run.directory / "tb"))
+            except ImportError:
+                log.info("tensorboard is not installed: metrics go to metrics.jsonl only")
+
+        def start_rollout() -> asyncio.Task[RolloutBatch]:
+            """Sync the engine to the trainer's current weights, then generate the next batch."""
+            if engine.version != version:
+                engine.sync(weights, version)
+            tasks = sampler.draw(config.tasks_per_step)
+            draw = sampler.state_dict()
+            return asyncio.create_task(rollout(config, engine, tasks, draw))
+
+        rows: list[dict[str, Any]] = []
+        dropped_stale = 0
+        last_checksum = engine.checksum() if config.verify_sync and config.engine != "hf" else None
+        if config.eval_every and step == 0:
+            rows_eval = await evaluate(config, engine)
+            run.log("metrics.jsonl", {"step": 0, "eval_reward": rows_eval, "version": version})
         while step < config.steps:
             waited = time.perf_counter()
             batch = await (pending or start_rollout())
@@ -397,27 +523,40 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
             data = build_samples(batch, config)
             for task, rate in data.group_pass_rates.items():
                 sampler.update(task, rate)
-            started = time.perf_counter()
-            losses = await asyncio.to_thread(
-                train_step, model, optimiser, data.samples, config, ref_model=ref_model, pad_id=pad_id
+            checkpoint = bool(config.checkpoint_every) and (
+                (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps
             )
+            started = time.perf_counter()
+            followers_wait = False
+            trained = await asyncio.to_thread(
+                lead_step,
+                model,
+                optimiser,
+                data.samples,
+                config,
+                ref_model=ref_model,
+                pad_id=pad_id,
+                checkpoint=checkpoint,
+            )
+            followers_wait = distributed.world_size() > 1
+            weights = trained.weights
             train_seconds = time.perf_counter() - started
             version += 1
             step += 1
             sync_started = time.perf_counter()
             if pending is None and step < config.steps:
-                engine.sync(model.state_dict(), version)
+                engine.sync(weights, version)
             sync_seconds = time.perf_counter() - sync_started
             checks: dict[str, Any] = {}
             if config.verify_sync and pending is None and step < config.steps:
                 checks["weights_checksum"] = checksum = engine.checksum()
-                if config.engine == "vllm":  # vLLM fuses layers: its hash can only show the weights changed
+                if config.engine != "hf":  # vLLM fuses layers: its hash can only show the weights changed
                     if checksum == last_checksum:
                         raise RuntimeError(
                             f"weight sync failed at version {version}: vLLM's weights did not change"
                         )
                     last_checksum = checksum
-                elif checksum != weights_checksum(model.state_dict()):
+                elif checksum != weights_checksum(weights):
                     raise RuntimeError(f"weight sync failed at version {version}: engine and trainer differ")
             completion_tokens = sum(s.completion_tokens for s in data.samples)
             row: dict[str, Any] = {
@@ -427,7 +566,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
                 "reward_std": statistics.pstdev(data.rewards) if data.rewards else 0.0,
                 "pass_rate": sum(r >= config.pass_threshold for r in data.rewards)
                 / max(len(data.rewards), 1),
-                **losses,
+                **trained.losses,
                 "staleness": staleness,
                 "dropped_stale_episodes": dropped_stale,
                 "dropped_groups": data.dropped_groups,
@@ -467,7 +606,8 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
                     if isinstance(value, int | float):
                         run.tensorboard.add_scalar(key, value, step)
             on_step(row)
-            if config.checkpoint_every and (step % config.checkpoint_every == 0 or step == config.steps):
+            if checkpoint:
+                assert trained.optimiser_state is not None  # gathered by the step, as it was due
                 state = {
                     "step": step,
                     "version": version,
@@ -477,10 +617,14 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
                     },
                     "engine_rng": engine.rng_state(),
                 }
-                save_checkpoint(run, model, engine.tokenizer, optimiser, state)
+                save_checkpoint(run, model, weights, engine.tokenizer, trained.optimiser_state, state)
     finally:
+        if followers_wait:
+            stop_followers()
         if pending is not None:
             pending.cancel()
+        if engine is not None:
+            engine.close()  # a server process, Ray actors: stopped on success and on error alike
         if run.tensorboard is not None:
             run.tensorboard.close()
     return rows
@@ -489,7 +633,5 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
 async def evaluate(config: TrainConfig, engine: RolloutEngine) -> float:
     """Mean reward of greedy episodes on held-out seeds (one per task): the curve to judge a run by."""
     tasks = list(range(config.eval_seed_start, config.eval_seed_start + config.eval_tasks))
-    clock = [0.0]
-    policy = _TimedPolicy(engine.policy(greedy=True), clock)
-    groups, _, _ = await play_groups(config, policy, tasks, 1)
+    groups, _, _ = await play_groups(config, engine.policy(greedy=True), tasks, 1)
     return statistics.fmean(g[0].reward for g in groups)

@@ -202,6 +202,9 @@ class VLLMEngine:
             pool.shutdown(wait=False)
         self.version = version
 
+    def close(self) -> None:
+        """Nothing to stop: vLLM runs in this process and is freed with the engine."""
+
     def _check_usable(self) -> None:
         """After a failed sync vLLM may hold a mix of weights (and a reload may still be running)."""
         if self._failed_sync is not None:
