@@ -251,7 +251,8 @@ def train_step(
     if tokens:
         optimiser.step()
     total, trained_tokens = distributed.global_sum([total, stats.tokens])
-    return {"loss": total, "grad_norm": grad_norm, "trained_tokens": trained_tokens, **stats.means()}
+    means = distributed.global_token_means(stats.means(), int(stats.tokens))  # every rank's tokens
+    return {"loss": total, "grad_norm": grad_norm, "trained_tokens": trained_tokens, **means}
 
 
 # ---------------------------------------------------------------- a step over several ranks
@@ -315,10 +316,6 @@ def train_share(
     """The collective part of a step, which every rank runs in this order: the update, the whole weights
     (for rank 0's engine) and, when a checkpoint follows, the whole optimiser state."""
     losses = train_step(model, optimiser, share.samples, config, ref_model=ref_model, pad_id=share.pad_id)
-    # train_step sums the loss and token count over ranks, but its loss-term means are this rank's own.
-    terms = LossStats().means().keys()
-    mine = sum(sum(s.loss_mask[1:]) for s in share.samples)
-    losses |= distributed.global_token_means({k: losses[k] for k in terms}, mine)
     weights = distributed.full_state_dict(model)
     optimiser_state = distributed.optimiser_state(model, optimiser) if share.checkpoint else None
     return Trained(losses, weights, optimiser_state)
