@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envhub_trainer.loss import LossConfig
 
@@ -58,6 +58,11 @@ class TrainConfig(BaseModel):
     """Processes training data-parallel with FSDP2; rank 0 also runs the rollout engine and the
     environments and hands every rank its share of each step's samples. `train` starts the other ranks
     itself, or joins the ones `torchrun` started (then its world size must equal this)."""
+    device: str = "cpu"
+    """Where the trainer's model computes: "cpu", or "cuda" on a GPU machine (one process; data parallel
+    runs compute on CPU over gloo today)."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """The trainer's and the vLLM engine's weights; logits are promoted to float32 for the loss."""
     task_seed_start: int = 0
     """Training tasks are env seeds counted up from here; evaluation uses `eval_seed_start` onwards."""
     curriculum: bool = False
@@ -85,6 +90,15 @@ class TrainConfig(BaseModel):
     the model) and record the hash with the step."""
     tensorboard: bool = True
     """Also write TensorBoard events when `tensorboard` is installed."""
+
+    @model_validator(mode="after")
+    def _devices_fit(self) -> TrainConfig:
+        if self.data_parallel > 1 and self.device != "cpu":
+            raise ValueError(
+                f"data_parallel: {self.data_parallel} computes on CPU over gloo today; use device: cpu, "
+                "or data_parallel: 1 to train on one GPU"
+            )
+        return self
 
 
 def load_config(path: Path) -> TrainConfig:

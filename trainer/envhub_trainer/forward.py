@@ -73,6 +73,9 @@ def micro_batch_logprobs(
             sequence[r, at : at + n - 1] = i
             at += n
         positions[r, at:] = torch.arange(width - at)  # the padding tail is a sequence of its own
+    device = next(model.parameters()).device
+    ids, positions, trained = ids.to(device), positions.to(device), trained.to(device)
+    behaviour, advantage, sequence = behaviour.to(device), advantage.to(device), sequence.to(device)
     logits = model(input_ids=ids, position_ids=positions, use_cache=False).logits[:, :-1]
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32, fp64 stays
     targets = ids[:, 1:]

@@ -242,7 +242,8 @@ def train_step(
         stats.add(micro)
     for _ in range(forwards - len(batches)):
         # Sharded layers gather their weights in every forward: all ranks must run as many.
-        empty = model(input_ids=torch.full((1, 1), pad_id, dtype=torch.long), use_cache=False).logits
+        ids = torch.full((1, 1), pad_id, dtype=torch.long, device=next(model.parameters()).device)
+        empty = model(input_ids=ids, use_cache=False).logits
         (empty.sum() * 0).backward()
     grad_norm = 0.0
     if config.max_grad_norm is not None and tokens:
@@ -397,6 +398,7 @@ def make_engine(config: TrainConfig, model_dir: Path) -> RolloutEngine:
             chat_template=config.chat_template,
             sync_timeout=config.sync_timeout,
             batch_size=config.generation_batch_size,
+            dtype=config.dtype,
         )
     if config.engine == "vllm-server":
         from envhub_trainer.vllm_server import VLLMServerEngine
@@ -410,6 +412,7 @@ def make_engine(config: TrainConfig, model_dir: Path) -> RolloutEngine:
             sync_timeout=config.sync_timeout,
             url=config.engine_url,
             concurrency=config.concurrency,
+            dtype=config.dtype,
         )
     return TransformersEngine(
         model_dir,
@@ -446,8 +449,9 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
     source = run.checkpoint / "model" if resume else config.model
     torch.manual_seed(config.seed)
     random.seed(config.seed)
-    model: Any = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=torch.float32)
-    model.train()
+    dtype = getattr(torch, config.dtype)
+    model: Any = AutoModelForCausalLM.from_pretrained(source, local_files_only=True, dtype=dtype)
+    model.to(config.device).train()
     # The reference stays whole on every rank: it runs only on real micro-batches, while sharded layers
     # need every rank to run the same number of forwards.
     ref_model = copy.deepcopy(model).eval() if config.loss.kl_coef > 0 else None
@@ -464,8 +468,10 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
         random.setstate(extra["python_rng"])
         step, version = state["step"], state["version"]
         if ref_model is not None:  # the reference is the run's starting model, not the checkpoint
-            reference: Any = AutoModelForCausalLM.from_pretrained(config.model, local_files_only=True)
-            ref_model = reference.eval()
+            reference: Any = AutoModelForCausalLM.from_pretrained(
+                config.model, local_files_only=True, dtype=dtype
+            )
+            ref_model = reference.to(config.device).eval()
     weights = distributed.full_state_dict(model)
     if not lead:
         follow(model, optimiser, config, ref_model)  # blocking: nothing else runs on this rank

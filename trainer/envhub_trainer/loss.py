@@ -181,11 +181,15 @@ def grpo_loss(
     log_ratio = logprobs - old_logprobs
     _, seq = torch.unique(sequence_ids, return_inverse=True)
     count = int(seq.max()) + 1 if seq.numel() else 0
-    lengths = torch.zeros(count, dtype=logprobs.dtype).index_add_(0, seq, torch.ones_like(logprobs))[seq]
+    lengths = torch.zeros(count, dtype=logprobs.dtype, device=logprobs.device).index_add_(
+        0, seq, torch.ones_like(logprobs)
+    )[seq]
     if config.gspo:
         # s_i = exp(mean_t log_ratio); per token sg[s_i] * pi / sg[pi] keeps the sequence's value and
         # gives each token the gradient of its own logprob, scaled by s_i.
-        sums = torch.zeros(count, dtype=logprobs.dtype).index_add_(0, seq, log_ratio.detach())
+        sums = torch.zeros(count, dtype=logprobs.dtype, device=logprobs.device).index_add_(
+            0, seq, log_ratio.detach()
+        )
         ratio = torch.exp(sums[seq] / lengths + logprobs - logprobs.detach())
     else:
         ratio = torch.exp(log_ratio)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
 import pytest
+import torch
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.engine import weights_checksum
 from envhub_trainer.grpo import train
@@ -93,3 +95,18 @@ def test_async_with_zero_staleness_drops_and_counts_stale_batches(tiny_model: Pa
     )
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[-1]["dropped_stale_episodes"] == 24  # one batch of 4 tasks x 6 episodes
+
+
+def test_bfloat16_weights_train_and_reach_the_engine(tiny_model: Path, tmp_path: Path) -> None:
+    """The GPU configuration's dtype, run on CPU: the step's loss is finite and the weights move."""
+    from safetensors.torch import load_file
+
+    rows = train(config(tiny_model, tmp_path / "bf16", steps=2, dtype="bfloat16", verify_sync=False))
+    assert all(math.isfinite(r["loss"]) and r["grad_norm"] > 0 for r in rows)
+    saved = load_file(tmp_path / "bf16" / "checkpoint" / "model" / "model.safetensors")
+    assert {t.dtype for t in saved.values()} == {torch.bfloat16}
+
+
+def test_data_parallel_on_a_gpu_is_refused_with_the_fix() -> None:
+    with pytest.raises(ValueError, match="use device: cpu, or data_parallel: 1"):
+        TrainConfig(model=Path("m"), env_id="x", data_parallel=2, device="cuda")
