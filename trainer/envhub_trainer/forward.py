@@ -76,13 +76,16 @@ def micro_batch_logprobs(
     device = next(model.parameters()).device
     ids, positions, trained = ids.to(device), positions.to(device), trained.to(device)
     behaviour, advantage, sequence = behaviour.to(device), advantage.to(device), sequence.to(device)
-    logits = model(input_ids=ids, position_ids=positions, use_cache=False).logits[:, :-1]
+    # The LM head (a vocabulary-wide matmul) runs only at positions some row trains on: prompts,
+    # observations and padding need no logits. Position p's logits predict token p + 1.
+    keep = trained[:, :-1].any(dim=0).nonzero()[:, 0]
+    logits = model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=keep).logits
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32, fp64 stays
-    targets = ids[:, 1:]
-    mask = trained[:, :-1]
+    targets = ids[:, keep + 1]
+    mask = trained[:, keep]
     logprobs = torch.log_softmax(logits[mask], dim=-1).gather(-1, targets[mask][:, None])[:, 0]
     return logprobs, Tokens(
-        behaviour_logprobs=behaviour[:, :-1][mask],
-        advantages=advantage[:, :-1][mask],
-        sequence_ids=sequence[:, :-1][mask],
+        behaviour_logprobs=behaviour[:, keep][mask],
+        advantages=advantage[:, keep][mask],
+        sequence_ids=sequence[:, keep][mask],
     )

@@ -56,6 +56,22 @@ def test_packed_and_padded_logprobs_and_loss_match(tiny_model: Path) -> None:
     assert torch.equal(padded_tokens.advantages[order_padded], packed_tokens.advantages[order_packed])
 
 
+def test_logprobs_are_a_plain_forward_pass_at_the_trained_tokens(tiny_model: Path) -> None:
+    """The LM head runs only where some row trains; what it gives must equal the full forward's."""
+    model: Any = AutoModelForCausalLM.from_pretrained(tiny_model, local_files_only=True, dtype=torch.float64)
+    batch = samples()
+    logprobs, tokens = micro_batch_logprobs(model, batch, [[i] for i in range(len(batch))])
+    expected = []
+    for sample in batch:
+        ids = torch.tensor([sample.token_ids])
+        with torch.no_grad():
+            full = torch.log_softmax(model(input_ids=ids).logits[0, :-1], dim=-1)
+        trained = torch.tensor(sample.loss_mask[1:], dtype=torch.bool)
+        expected.append(full[trained].gather(-1, ids[0, 1:][trained][:, None])[:, 0])
+    assert tokens.sequence_ids.tolist() == [i for i, e in enumerate(expected) for _ in e]
+    assert torch.allclose(logprobs.detach(), torch.cat(expected), atol=1e-10)
+
+
 @pytest.mark.parametrize("options", [{"micro_batch_size": 1}, {"pack_tokens": 32, "micro_batch_size": 1}])
 def test_a_step_updates_the_same_weights_however_tokens_are_batched(
     tiny_model: Path, options: dict[str, Any]
