@@ -72,3 +72,9 @@ bench: install
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# envhub's trainer (vLLM engine) next to TRL's GRPOTrainer on the same model, task and batch.
+.PHONY: bench-trl
+bench-trl: install-vllm
+	$(VLLM_VENV)/bin/python -m pip install --quiet trl==1.16.0
+	$(VLLM_VENV)/bin/python benchmarks/trainer_vs_trl.py

