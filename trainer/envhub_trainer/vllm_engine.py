@@ -113,7 +113,8 @@ class VLLMEngine:
         self.tokenizer: Any = self.llm.get_tokenizer()
         self._lock = threading.Lock()  # one generate or reload at a time
         self._template_lock = threading.Lock()  # a fast tokenizer refuses concurrent calls
-        self._calls = 0
+        self.generate_calls = 0
+        self._asked: dict[tuple[float, int], int] = {}
         self._cache_counts = (0, 0)
         self._failed_sync: str | None = None
         self.batcher: MicroBatcher[list[int], float, tuple[list[int], list[float], bool]] = MicroBatcher(
@@ -143,22 +144,22 @@ class VLLMEngine:
     ) -> list[tuple[list[int], list[float], bool]]:
         """Sample from token ids: (completion ids, their logprobs, whether a stop token ended it) each.
 
-        A logprob is the raw model's (before temperature). With a `seed`, every request gets its own,
-        derived from the call count and its place in the batch, so a resumed run samples the same."""
+        A logprob is the raw model's (before temperature). With a `seed`, each request's sampling seed
+        is derived from the seed, the weight version, the prompt and how often that same prompt was asked
+        since the sync: not from timing or batch order, so a run (or a resumed one) samples the same."""
         from vllm import SamplingParams  # type: ignore[import-not-found,unused-ignore]
 
         with self._lock:
             self._check_usable()
-            self._calls += 1
-            base = None if self.seed is None else (self.seed * 1_000_003 + self._calls) * 4096
+            self.generate_calls += 1
             params = [
                 SamplingParams(
                     temperature=temperature,
                     max_tokens=self.max_new_tokens,
                     logprobs=0,
-                    seed=None if base is None else base + i,
+                    seed=self._request_seed(prompt, temperature),
                 )
-                for i in range(len(prompts))
+                for prompt in prompts
             ]
             outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         results = []
@@ -169,12 +170,20 @@ class VLLMEngine:
             results.append((ids, logprobs, sample.finish_reason == "stop"))
         return results
 
-    def rng_state(self) -> int:
-        """How many generate calls have run: each call's sampling seed is derived from it and `seed`."""
-        return self._calls
+    def _request_seed(self, prompt: list[int], temperature: float) -> int | None:
+        """Identical prompts are interchangeable, so numbering their occurrences is order-free."""
+        if self.seed is None:
+            return None
+        key = (temperature, hash(tuple(prompt)))  # hashes of ints are the same in every process
+        occurrence = self._asked[key] = self._asked.get(key, -1) + 1
+        return hash((self.seed, self.version, key, occurrence)) & (2**63 - 1)
 
-    def set_rng_state(self, state: int) -> None:
-        self._calls = int(state)
+    def rng_state(self) -> None:
+        """Nothing to save: seeds follow from `seed`, the version and the prompts (see `generate_ids`);
+        a resumed run syncs its weights first, which restarts the occurrence counts as a sync does."""
+
+    def set_rng_state(self, state: Any) -> None:
+        """Nothing to restore (see `rng_state`)."""
 
     def sync(self, state: dict[str, torch.Tensor], version: int) -> None:
         """Push the trainer's weights into vLLM; raises WeightSyncError if that fails or times out."""
@@ -198,6 +207,7 @@ class VLLMEngine:
                     self._failed_sync = f"the sync to version {version} failed"
                     raise WeightSyncError(f"vLLM failed to load weights version {version}: {exc}") from exc
                 self.llm.reset_prefix_cache()  # cached KV was computed by the previous weights
+                self._asked.clear()  # seeds now derive from the new version
         finally:
             pool.shutdown(wait=False)
         self.version = version

@@ -94,9 +94,9 @@ def test_a_groups_shared_prompt_hits_the_prefix_cache(engine: Any) -> None:
         policy = engine.policy()
         return list(await asyncio.gather(*(policy.for_episode(None).act([user(LONG)], []) for _ in range(4))))
 
-    calls = engine.rng_state()
+    calls = engine.generate_calls
     generations = asyncio.run(group())
-    assert engine.rng_state() == calls + 1  # the four turns were generated in one batched call
+    assert engine.generate_calls == calls + 1  # the four turns were generated in one batched call
     prompts = {tuple(g.tokens.prompt_token_ids or []) for g in generations if g.tokens is not None}
     assert len(prompts) == 1 and len(next(iter(prompts))) > 64
     metrics = engine.metrics()
@@ -129,6 +129,22 @@ def test_grpo_with_the_vllm_engine_raises_the_reward(
     checksums = [r["weights_checksum"] for r in rows if "weights_checksum" in r]
     assert len(set(checksums)) == len(checksums) == 11  # vLLM's weights changed at every sync
     assert all(0 < r["prefix_cache_hit_rate"] <= 1 for r in rows)
+
+
+def test_a_vllm_run_repeats_whatever_the_batching(
+    model_dir: Path, tmp_path: Path, digits_config: Callable[..., Any]
+) -> None:
+    """Seeds follow the prompts, not which turns happened to share a call: 8 concurrent episodes batch
+    differently from run to run, and the runs still sample alike."""
+    from envhub_trainer.grpo import train
+
+    runs = [
+        train(digits_config(model_dir, tmp_path / name, engine="vllm", concurrency=8, steps=3))
+        for name in ("first", "second")
+    ]
+    assert [r["reward_mean"] for r in runs[0]] == [r["reward_mean"] for r in runs[1]]
+    # losses are sums in another order (episodes of a group arrive in any order): equal to float error
+    assert [r["loss"] for r in runs[0]] == pytest.approx([r["loss"] for r in runs[1]], rel=1e-5, abs=1e-6)
 
 
 def test_a_sync_that_times_out_fails_loudly(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
