@@ -127,6 +127,7 @@ def run_envhub(args: argparse.Namespace) -> dict[str, Any]:
         weight_decay=0.0,
         max_grad_norm=MAX_GRAD_NORM,
         micro_batch_size=MICRO_BATCH,
+        pack_tokens=args.pack_tokens,
         max_new_tokens=COMPLETION_TOKENS,
         temperature=1.0,
         engine="vllm",
@@ -570,6 +571,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU machine")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument(
+        "--pack-tokens",
+        type=int,
+        default=None,
+        help="ours only: pack sequences into rows of this many tokens instead of padding (TRL pads)",
+    )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads in each run")
     parser.add_argument(
         "--model", type=Path, default=None, help="a save_pretrained dir; default SmolLM2-135M"
