@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 from pathlib import Path
 
 import pytest
@@ -12,42 +11,8 @@ import torch
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.engine import weights_checksum
 from envhub_trainer.grpo import train
+from envhub_trainer.testing import digits_config as config
 from transformers import AutoModelForCausalLM
-
-import envhub
-
-
-class Digits(envhub.SingleTurnEnv):
-    """Trivially learnable: the reward is the share of the reply's characters that are digits."""
-
-    def setup(self, rng: random.Random) -> str:
-        return f"Say a number like {rng.randint(0, 99)}."
-
-    @envhub.reward
-    def digits(self, answer: str) -> float:
-        return sum(c.isdigit() for c in answer) / max(len(answer), 1)
-
-
-envhub.register("digits-test-v0", Digits, override=True)
-
-
-def config(model: Path, run_dir: Path, **overrides: object) -> TrainConfig:
-    options: dict[str, object] = {
-        "model": model,
-        "env_id": "digits-test-v0",
-        "run_dir": run_dir,
-        "steps": 12,
-        "tasks_per_step": 4,
-        "group_size": 6,
-        "lr": 5e-3,
-        "concurrency": 1,  # episodes then draw sampling seeds in a fixed order: runs repeat exactly
-        "max_new_tokens": 4,
-        "checkpoint_every": 4,
-        "verify_sync": True,
-        "tensorboard": False,
-        "pass_threshold": 0.5,
-    }
-    return TrainConfig.model_validate({**options, **overrides})
 
 
 def test_grpo_raises_the_reward_and_updates_the_engine(tiny_model: Path, tmp_path: Path) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -23,44 +22,16 @@ from envhub_trainer import distributed, launch
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.grpo import train
 from envhub_trainer.loss import LossStats
+from envhub_trainer.testing import digits_config
 from safetensors.torch import load_file
 from torch.multiprocessing.spawn import ProcessRaisedException
 
-import envhub
-
-
-class Digits(envhub.SingleTurnEnv):
-    """Trivially learnable: the reward is the share of the reply's characters that are digits."""
-
-    def setup(self, rng: random.Random) -> str:
-        return f"Say a number like {rng.randint(0, 99)}."
-
-    @envhub.reward
-    def digits(self, answer: str) -> float:
-        return sum(c.isdigit() for c in answer) / max(len(answer), 1)
-
-
-envhub.register("digits-dp-test-v0", Digits, override=True)
-
 
 def config(model: Path, run_dir: Path, **overrides: object) -> TrainConfig:
-    options: dict[str, object] = {
-        "model": model,
-        "env_id": "digits-dp-test-v0",
-        "run_dir": run_dir,
-        "steps": 2,
-        "tasks_per_step": 4,
-        "group_size": 6,
-        "lr": 5e-3,
-        "concurrency": 1,  # episodes draw sampling seeds in a fixed order: runs repeat exactly
-        "max_new_tokens": 4,
-        "micro_batch_size": 4,  # several micro-batches a rank (uneven counts: test_distributed.py)
-        "checkpoint_every": 2,
-        "verify_sync": True,  # the engine got exactly the gathered weights
-        "tensorboard": False,
-        "pass_threshold": 0.5,
-    }
-    return TrainConfig.model_validate({**options, **overrides})
+    """The digits run, two steps, with several micro-batches a rank (uneven counts: test_distributed.py)."""
+    return digits_config(
+        model, run_dir, **{"steps": 2, "micro_batch_size": 4, "checkpoint_every": 2, **overrides}
+    )
 
 
 def assert_same_curve(rows: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
@@ -97,7 +68,6 @@ def test_torchrun_world_must_match_the_config(
 def _collect_runs(model: Path, root: Path) -> None:
     """Two steps on one process and on two; both resumed to four steps on two; four straight on one;
     three async steps with KL on one and on two. Saved to root/runs.pt for the tests to compare."""
-    envhub.register("digits-dp-test-v0", Digits, override=True)
     out: dict[str, Any] = {"root": root}
     out["one"] = train(config(model, root / "one"))
     out["two"] = train(config(model, root / "two", data_parallel=2))

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from envhub_trainer.testing import digits_config, hf_logprobs
 from transformers import AutoModelForCausalLM
 
 from envhub.messages import user
@@ -41,13 +41,6 @@ def engine(model_dir: Path) -> Any:
     from envhub_trainer.vllm_engine import VLLMEngine
 
     return VLLMEngine(model_dir, max_new_tokens=12, temperature=1.0, seed=0, max_model_len=512)
-
-
-def hf_logprobs(model: Any, prompt: list[int], completion: list[int]) -> torch.Tensor:
-    ids = torch.tensor([prompt + completion])
-    with torch.no_grad():
-        logprobs = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
-    return logprobs[len(prompt) - 1 :].gather(-1, ids[0, len(prompt) :, None])[:, 0]
 
 
 def sample(engine: Any, text: str = "Say a number like 7.") -> tuple[list[int], list[int], list[float]]:
@@ -117,9 +110,7 @@ def test_after_a_sync_no_cached_kv_of_the_old_weights_is_used(engine: Any, model
     assert difference < 1e-4  # stale KV from the old weights would put this near the perturbation size
 
 
-def test_grpo_with_the_vllm_engine_raises_the_reward(
-    model_dir: Path, tmp_path: Path, digits_config: Callable[..., Any]
-) -> None:
+def test_grpo_with_the_vllm_engine_raises_the_reward(model_dir: Path, tmp_path: Path) -> None:
     """The CI-sized run of test_train.py, generating with vLLM: the reward rises and every sync lands."""
     from envhub_trainer.grpo import train
 
@@ -131,9 +122,7 @@ def test_grpo_with_the_vllm_engine_raises_the_reward(
     assert all(0 < r["prefix_cache_hit_rate"] <= 1 for r in rows)
 
 
-def test_a_vllm_run_repeats_whatever_the_batching(
-    model_dir: Path, tmp_path: Path, digits_config: Callable[..., Any]
-) -> None:
+def test_a_vllm_run_repeats_whatever_the_batching(model_dir: Path, tmp_path: Path) -> None:
     """Seeds follow the prompts, not which turns happened to share a call: 8 concurrent episodes batch
     differently from run to run, and the runs still sample alike."""
     from envhub_trainer.grpo import train

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from envhub_trainer.testing import digits_config, hf_logprobs
 from transformers import AutoModelForCausalLM
 
 from envhub.messages import user
@@ -45,13 +46,6 @@ def server(model_dir: Path) -> Iterator[Any]:
     yield engine
     engine.close()
     assert engine.process is not None and engine.process.poll() is not None  # the server is gone
-
-
-def hf_logprobs(model: Any, prompt: list[int], completion: list[int]) -> torch.Tensor:
-    ids = torch.tensor([prompt + completion])
-    with torch.no_grad():
-        logprobs = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
-    return logprobs[len(prompt) - 1 :].gather(-1, ids[0, len(prompt) :, None])[:, 0]
 
 
 def sample(engine: Any, text: str = "Say a number like 7.") -> tuple[list[int], list[int], list[float]]:
@@ -119,9 +113,7 @@ def test_a_sync_the_server_rejects_fails_loudly(server: Any, model_dir: Path) ->
     assert server.version != 9
 
 
-def test_grpo_through_the_server_raises_the_reward(
-    model_dir: Path, tmp_path: Path, digits_config: Callable[..., Any]
-) -> None:
+def test_grpo_through_the_server_raises_the_reward(model_dir: Path, tmp_path: Path) -> None:
     """The CI-sized run, with episodes sampled over HTTP by a server the run starts and stops."""
     from envhub_trainer.grpo import train
 
