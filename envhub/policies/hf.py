@@ -52,6 +52,23 @@ def template_message(message: Message) -> dict[str, Any]:
     return out
 
 
+def prompt_ids(
+    tokenizer: Any, messages: list[Message], tools: list[ToolSpec], chat_template: str | None = None
+) -> list[int]:
+    """The chat template applied once to the whole conversation, with the assistant's cue, as ids."""
+    ids = tokenizer.apply_chat_template(
+        [template_message(m) for m in messages],
+        tools=[t.to_openai() for t in tools] or None,
+        chat_template=chat_template,
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
+    if not isinstance(ids, list):  # some tokenizers answer a BatchEncoding whatever return_dict says
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
 def _arguments(raw: str) -> Any:
     try:
         return json.loads(raw)
@@ -308,17 +325,7 @@ class TransformersPolicy(Policy):
                 f"the tokenizer in {self.model_dir} has no chat template; "
                 "pass TransformersPolicy(chat_template=...)"
             )
-        ids = tokenizer.apply_chat_template(
-            [template_message(m) for m in messages],
-            tools=[t.to_openai() for t in tools] or None,
-            chat_template=self.chat_template,
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=False,
-        )
-        if not isinstance(ids, list):  # some tokenizers answer a BatchEncoding whatever return_dict says
-            ids = ids["input_ids"]
-        return [int(i) for i in ids]
+        return prompt_ids(tokenizer, messages, tools, self.chat_template)
 
     async def close(self) -> None:
         """Drop the model so its memory can be freed (every episode's copy shares it)."""

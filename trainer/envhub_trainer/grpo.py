@@ -387,15 +387,18 @@ def make_engine(config: TrainConfig, model_dir: Path) -> RolloutEngine:
         from envhub_trainer.ray_rollout import RayEngine  # imports Ray: only when asked for
 
         return RayEngine(config, model_dir)
+    common: dict[str, Any] = {
+        "max_new_tokens": config.max_new_tokens,
+        "temperature": config.temperature,
+        "seed": config.seed,
+        "chat_template": config.chat_template,
+    }
     if config.engine == "vllm":
         from envhub_trainer.vllm_engine import VLLMEngine  # imports vLLM: only when asked for
 
         return VLLMEngine(
             model_dir,
-            max_new_tokens=config.max_new_tokens,
-            temperature=config.temperature,
-            seed=config.seed,
-            chat_template=config.chat_template,
+            **common,
             sync_timeout=config.sync_timeout,
             batch_size=config.generation_batch_size,
             dtype=config.dtype,
@@ -405,23 +408,13 @@ def make_engine(config: TrainConfig, model_dir: Path) -> RolloutEngine:
 
         return VLLMServerEngine(
             model_dir,
-            max_new_tokens=config.max_new_tokens,
-            temperature=config.temperature,
-            seed=config.seed,
-            chat_template=config.chat_template,
+            **common,
             sync_timeout=config.sync_timeout,
             url=config.engine_url,
             concurrency=config.concurrency,
             dtype=config.dtype,
         )
-    return TransformersEngine(
-        model_dir,
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.temperature,
-        seed=config.seed,
-        chat_template=config.chat_template,
-        batch_size=config.generation_batch_size,
-    )
+    return TransformersEngine(model_dir, **common, batch_size=config.generation_batch_size)
 
 
 def train(

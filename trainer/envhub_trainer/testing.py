@@ -6,6 +6,7 @@ actors) import it too, and importing it registers the env there.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ from typing import Any
 import torch
 
 import envhub
+from envhub.messages import user
+from envhub.policies.base import Generation
 from envhub_trainer.config import TrainConfig
 
 DIGITS_ENV = "digits-test-v0"
@@ -58,3 +61,13 @@ def hf_logprobs(model: Any, prompt: list[int], completion: list[int]) -> torch.T
     with torch.no_grad():
         logprobs = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
     return logprobs[len(prompt) - 1 :].gather(-1, ids[0, len(prompt) :, None])[:, 0]
+
+
+def sample_turn(engine: Any, text: str = "Say a number like 7.") -> tuple[list[int], list[int], list[float]]:
+    """One sampled turn of a fresh episode: (prompt ids, completion ids, completion logprobs)."""
+    generation = asyncio.run(engine.policy().for_episode(None).act([user(text)], []))
+    assert isinstance(generation, Generation) and generation.tokens is not None
+    trace = generation.tokens
+    assert trace.prompt_token_ids is not None and trace.completion_logprobs is not None
+    assert len(trace.completion_token_ids) == len(trace.completion_logprobs) > 0
+    return trace.prompt_token_ids, trace.completion_token_ids, trace.completion_logprobs

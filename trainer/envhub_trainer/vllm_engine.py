@@ -25,7 +25,7 @@ from envhub.core import Env
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy, TokenTrace, token_drift
 from envhub.policies.batching import MicroBatcher
-from envhub.policies.hf import template_message
+from envhub.policies.hf import prompt_ids
 from envhub.text_format import parse_assistant_text
 from envhub.tools import ToolSpec
 from envhub_trainer.engine import weights_checksum
@@ -127,17 +127,7 @@ class VLLMEngine:
 
     def prompt_ids(self, messages: list[Message], tools: list[ToolSpec]) -> list[int]:
         with self._template_lock:
-            ids = self.tokenizer.apply_chat_template(
-                [template_message(m) for m in messages],
-                tools=[t.to_openai() for t in tools] or None,
-                chat_template=self.chat_template,
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=False,
-            )
-        if not isinstance(ids, list):
-            ids = ids["input_ids"]
-        return [int(i) for i in ids]
+            return prompt_ids(self.tokenizer, messages, tools, self.chat_template)
 
     def generate_ids(
         self, prompts: list[list[int]], temperature: float

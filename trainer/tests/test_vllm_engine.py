@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 from envhub_trainer.testing import digits_config, hf_logprobs
+from envhub_trainer.testing import sample_turn as sample
 from transformers import AutoModelForCausalLM
 
 from envhub.messages import user
@@ -41,15 +42,6 @@ def engine(model_dir: Path) -> Any:
     from envhub_trainer.vllm_engine import VLLMEngine
 
     return VLLMEngine(model_dir, max_new_tokens=12, temperature=1.0, seed=0, max_model_len=512)
-
-
-def sample(engine: Any, text: str = "Say a number like 7.") -> tuple[list[int], list[int], list[float]]:
-    generation = asyncio.run(engine.policy().for_episode(None).act([user(text)], []))
-    assert isinstance(generation, Generation) and generation.tokens is not None
-    trace = generation.tokens
-    assert trace.prompt_token_ids is not None and trace.completion_logprobs is not None
-    assert len(trace.completion_token_ids) == len(trace.completion_logprobs) > 0
-    return trace.prompt_token_ids, trace.completion_token_ids, trace.completion_logprobs
 
 
 def test_sampled_logprobs_equal_a_hf_forward_pass(engine: Any, model_dir: Path) -> None:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import torch
 from envhub_trainer.testing import digits_config, hf_logprobs
+from envhub_trainer.testing import sample_turn as sample
 from transformers import AutoModelForCausalLM
 
 from envhub.messages import user
-from envhub.policies.base import Generation
 
 pytestmark = [
     pytest.mark.vllm,
@@ -46,15 +46,6 @@ def server(model_dir: Path) -> Iterator[Any]:
     yield engine
     engine.close()
     assert engine.process is not None and engine.process.poll() is not None  # the server is gone
-
-
-def sample(engine: Any, text: str = "Say a number like 7.") -> tuple[list[int], list[int], list[float]]:
-    generation = asyncio.run(engine.policy().for_episode(None).act([user(text)], []))
-    assert isinstance(generation, Generation) and generation.tokens is not None
-    trace = generation.tokens
-    assert trace.prompt_token_ids is not None and trace.completion_logprobs is not None
-    assert len(trace.completion_token_ids) == len(trace.completion_logprobs) > 0
-    return trace.prompt_token_ids, trace.completion_token_ids, trace.completion_logprobs
 
 
 def perturbed(model_dir: Path, scale: float = 0.05) -> Any:
