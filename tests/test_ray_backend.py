@@ -19,6 +19,7 @@ from envhub.records import Episode
 from envhub.rollout import RolloutLimits, run_batch
 from envhub.rollout.ray_backend import ACTOR_RESTARTS, RayWorkerLost, run_batch_ray
 from envhub.store import read_episodes
+from envhub.testing.process import ray_actor_pids
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs Ray: pip install 'envhub[ray]'")
 
@@ -41,25 +42,6 @@ def local_ray(plugin_site: Path) -> Iterator[None]:
 def content(episode: Episode) -> dict[str, Any]:
     """Everything an episode records except when it ran and how long it took."""
     return episode.model_dump(exclude={"started_at", "wall_seconds"})
-
-
-def episode_actor_pids() -> set[int]:
-    """Processes of this test's own Ray actors: descendants of this process (other sessions' are not)."""
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if not (entry / "cmdline").read_bytes().startswith(b"ray::EpisodeWorker"):
-                continue
-            parent = int(entry.name)
-            while parent > 1 and parent != os.getpid():
-                parent = int((Path("/proc") / str(parent) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError):  # the process ended while we looked
-            continue
-        if parent == os.getpid():
-            pids.add(int(entry.name))
-    return pids
 
 
 async def test_ray_plays_the_same_episodes_as_the_local_runner(local_ray: None) -> None:
@@ -107,7 +89,7 @@ async def test_killed_ray_worker_is_restarted_and_its_episodes_rerun_exactly_onc
         if len(seen) == 8:
             midway.set()
 
-    stale = episode_actor_pids()  # earlier tests' actors may not have exited yet
+    stale = ray_actor_pids("EpisodeWorker")  # earlier tests' actors may not have exited yet
     batch = asyncio.create_task(
         run_batch_ray(
             "testplug/slow",
@@ -120,7 +102,7 @@ async def test_killed_ray_worker_is_restarted_and_its_episodes_rerun_exactly_onc
         )
     )
     await asyncio.wait_for(midway.wait(), timeout=60)
-    before = episode_actor_pids() - stale
+    before = ray_actor_pids("EpisodeWorker") - stale
     assert len(before) == 2
     victim = min(before)
     os.kill(victim, signal.SIGKILL)  # both its episode slots are mid-episode: the env sleeps in each turn
@@ -132,12 +114,12 @@ async def test_killed_ray_worker_is_restarted_and_its_episodes_rerun_exactly_onc
     assert [e.episode_id for e in result.episodes] == sorted(ids)
     assert [e.seed for e in result.episodes] == list(range(60))
     assert all(e.error is None and len(e.turns) == 3 for e in result.episodes)
-    assert episode_actor_pids() - stale - before, "Ray must have restarted the killed worker"
+    assert ray_actor_pids("EpisodeWorker") - stale - before, "Ray must have restarted the killed worker"
 
 
 async def test_a_worker_that_keeps_dying_stops_the_batch_with_a_clear_error(local_ray: None) -> None:
     seen: list[Episode] = []
-    killed = episode_actor_pids()  # earlier tests' actors may not have exited yet
+    killed = ray_actor_pids("EpisodeWorker")  # earlier tests' actors may not have exited yet
     stale = len(killed)
     batch = asyncio.create_task(
         run_batch_ray(
@@ -152,7 +134,7 @@ async def test_a_worker_that_keeps_dying_stops_the_batch_with_a_clear_error(loca
         )
     )
     while not batch.done():
-        alive = episode_actor_pids() - killed
+        alive = ray_actor_pids("EpisodeWorker") - killed
         for pid in alive:
             os.kill(pid, signal.SIGKILL)
         killed |= alive

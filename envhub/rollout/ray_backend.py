@@ -50,6 +50,21 @@ def ray_address(backend: str) -> str | None:
     return None if backend == "ray" else backend
 
 
+def init_ray(address: str | None) -> None:
+    """Start a local Ray instance on this machine's cores (address None), or join the one at `address`."""
+    import ray
+
+    if address is None:
+        ray.init(
+            address="local",  # never join a stale cluster left in /tmp/ray
+            num_cpus=os.cpu_count(),
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+        )
+    else:
+        ray.init(address=address, logging_level=logging.WARNING)
+
+
 class EpisodeWorker:
     """A Ray actor: one policy and a pool of environments, playing the episodes the driver sends it.
 
@@ -122,15 +137,7 @@ async def run_batch_ray(
         slots = min(slots, limits.backend_concurrency.get(backend, slots))
     started_ray = not ray.is_initialized()
     if started_ray:  # blocks for a few seconds, before any episode is in flight
-        if address is None:
-            ray.init(
-                address="local",  # never join a stale cluster left in /tmp/ray
-                num_cpus=os.cpu_count(),
-                include_dashboard=False,
-                logging_level=logging.WARNING,
-            )
-        else:
-            ray.init(address=address, logging_level=logging.WARNING)
+        init_ray(address)
     actors: list[Actor] = []
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]

@@ -1,4 +1,4 @@
-"""Test servers that run as real child processes and say `listening on PORT` once they accept requests."""
+"""Child processes in tests: servers that say `listening on PORT` when they accept requests; Ray actors."""
 
 from __future__ import annotations
 
@@ -64,3 +64,23 @@ class ServerProcess:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def ray_actor_pids(name: str) -> set[int]:
+    """Processes of Ray actors of class `name` that descend from this process (other sessions' do not),
+    found through /proc: a test kills them to check that an actor's death is survived."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if not (entry / "cmdline").read_bytes().startswith(f"ray::{name}".encode()):
+                continue
+            parent = int(entry.name)
+            while parent > 1 and parent != os.getpid():
+                parent = int((Path("/proc") / str(parent) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):  # the process ended while we looked
+            continue
+        if parent == os.getpid():
+            found.add(int(entry.name))
+    return found

@@ -34,7 +34,7 @@ from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
 from envhub.records import Episode
 from envhub.registration import EnvFactory, registry
-from envhub.rollout.ray_backend import ACTOR_RESTARTS, RayWorkerLost
+from envhub.rollout.ray_backend import ACTOR_RESTARTS, RayWorkerLost, init_ray
 from envhub.rollout.runner import run_episode
 from envhub.tools import ToolSpec
 from envhub_trainer.config import TrainConfig
@@ -215,15 +215,7 @@ def _connect(address: str | None) -> int | None:
         if _LocalRay.users == 0:
             return None
     else:
-        if address is None:
-            ray.init(
-                address="local",  # never join a stale cluster left in /tmp/ray
-                num_cpus=os.cpu_count(),
-                include_dashboard=False,
-                logging_level=logging.WARNING,
-            )
-        else:
-            ray.init(address=address, logging_level=logging.WARNING)
+        init_ray(address)
         _LocalRay.session += 1
         _LocalRay.users = 0
     _LocalRay.users += 1

@@ -33,6 +33,7 @@ from transformers import AutoModelForCausalLM
 
 import envhub
 from envhub.rollout.ray_backend import RayWorkerLost
+from envhub.testing.process import ray_actor_pids
 
 ray = pytest.importorskip("ray", reason="ray: true needs Ray: pip install 'envhub[ray]'")
 
@@ -133,25 +134,6 @@ def test_ray_run_is_the_one_process_run_played_by_actors(
     assert not ray.is_initialized()  # the engine's actors, and the Ray it started, ended with the run
 
 
-def actor_pids(name: str) -> set[int]:
-    """Processes of this test's own Ray actors of class `name`: descendants of this process."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if not (entry / "cmdline").read_bytes().startswith(f"ray::{name}".encode()):
-                continue
-            parent = int(entry.name)
-            while parent > 1 and parent != os.getpid():
-                parent = int((Path("/proc") / str(parent) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError):  # the process ended while we looked
-            continue
-        if parent == os.getpid():
-            found.add(int(entry.name))
-    return found
-
-
 def kill_when_started(run_dir: Path, episodes: int, actor: str, killed: list[int]) -> threading.Thread:
     """A thread that SIGKILLs one `actor` process once `episodes` episodes have started (mid-step: the
     env's reward waits 0.5 s, so episodes are in flight), noting the pid and how many had started."""
@@ -160,7 +142,7 @@ def kill_when_started(run_dir: Path, episodes: int, actor: str, killed: list[int
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and len(pids(run_dir)) < episodes:
             time.sleep(0.02)
-        if victims := actor_pids(actor):
+        if victims := ray_actor_pids(actor):
             killed.extend([min(victims), len(victims), len(pids(run_dir))])
             os.kill(min(victims), signal.SIGKILL)
 
