@@ -60,6 +60,36 @@ def token_drift(
     return reason + f" ({before!r} before, {now!r} now)"
 
 
+class EpisodeTokens:
+    """The ids an episode's turns produced so far, so each new turn's trace says whether its prompt
+    extends them (one sample) or drifted (`sample_break`). A policy keeps one per episode."""
+
+    def __init__(self) -> None:
+        self.previous: list[int] | None = None
+        self.turn = 0
+
+    def trace(
+        self,
+        prompt: list[int],
+        completion: list[int],
+        logprobs: list[float] | None,
+        *,
+        stopped: bool,
+        decode: Callable[[list[int]], str] | None = None,
+    ) -> TokenTrace:
+        """This turn's trace; the turn's prompt and completion become what the next must extend."""
+        self.turn += 1
+        reason = token_drift(self.previous, prompt, self.turn, decode)
+        self.previous = prompt + completion
+        return TokenTrace(
+            prompt_token_ids=prompt,
+            completion_token_ids=completion,
+            completion_logprobs=logprobs,
+            finish_reason="stop" if stopped else "length",
+            sample_break=reason,
+        )
+
+
 class Generation(BaseModel):
     """What a model-backed policy returns: the message, and the tokens behind it when it has them."""
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from envhub.core import Env
 from envhub.messages import Message
-from envhub.policies.base import Generation, Policy, TokenTrace, token_drift
+from envhub.policies.base import EpisodeTokens, Generation, Policy
 from envhub.policies.batching import MicroBatcher
 from envhub.text_format import parse_assistant_text
 from envhub.tools import ToolSpec
@@ -230,14 +230,12 @@ class TransformersPolicy(Policy):
         self.temperature = temperature
         self.chat_template = chat_template
         self._shared = _Model(path, device, seed, batch_size, max_wait)
-        self._previous_tokens: list[int] | None = None
-        self._turn = 0
+        self._tokens = EpisodeTokens()
 
     def for_episode(self, env: Env) -> Policy:
         """A copy that shares the loaded model but tracks this episode's tokens."""
         episode = copy.copy(self)
-        episode._previous_tokens = None
-        episode._turn = 0
+        episode._tokens = EpisodeTokens()
         return episode
 
     # ------------------------------------------------------------ what a trainer's engine needs
@@ -294,16 +292,8 @@ class TransformersPolicy(Policy):
         prompt, decode, stops = await asyncio.to_thread(self._prepare, messages, tools)
         completion, logprobs = await shared.generate(prompt, self.max_new_tokens, self.temperature)
         text = decode(completion, skip_special_tokens=True)
-        self._turn += 1
-        reason = token_drift(self._previous_tokens, prompt, self._turn, decode)
-        self._previous_tokens = prompt + completion
-        tokens = TokenTrace(
-            prompt_token_ids=prompt,
-            completion_token_ids=completion,
-            completion_logprobs=logprobs,
-            finish_reason="stop" if completion and completion[-1] in stops else "length",
-            sample_break=reason,
-        )
+        stopped = bool(completion) and completion[-1] in stops
+        tokens = self._tokens.trace(prompt, completion, logprobs, stopped=stopped, decode=decode)
         return Generation(message=parse_assistant_text(text), tokens=tokens, model=self.model_dir.name)
 
     def _prepare(self, messages: list[Message], tools: list[ToolSpec]) -> tuple[list[int], Any, set[int]]:

@@ -23,7 +23,7 @@ import torch
 
 from envhub.core import Env
 from envhub.messages import Message
-from envhub.policies.base import Generation, Policy, TokenTrace, token_drift
+from envhub.policies.base import EpisodeTokens, Generation, Policy
 from envhub.policies.batching import MicroBatcher
 from envhub.policies.hf import prompt_ids
 from envhub.text_format import parse_assistant_text
@@ -42,28 +42,18 @@ class VLLMPolicy(Policy):
 
     def __init__(self, engine: VLLMEngine, temperature: float) -> None:
         self.engine, self.temperature = engine, temperature
-        self._previous_tokens: list[int] | None = None
-        self._turn = 0
+        self._tokens = EpisodeTokens()
 
     def for_episode(self, env: Env) -> Policy:
         episode = copy.copy(self)
-        episode._previous_tokens, episode._turn = None, 0
+        episode._tokens = EpisodeTokens()
         return episode
 
     async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Generation:
         prompt = await asyncio.to_thread(self.engine.prompt_ids, messages, tools)
         completion, logprobs, stopped = await self.engine.batcher.submit(prompt, self.temperature)
         decode = self.engine.tokenizer.decode
-        self._turn += 1
-        reason = token_drift(self._previous_tokens, prompt, self._turn, decode)
-        self._previous_tokens = prompt + completion
-        trace = TokenTrace(
-            prompt_token_ids=prompt,
-            completion_token_ids=completion,
-            completion_logprobs=logprobs,
-            finish_reason="stop" if stopped else "length",
-            sample_break=reason,
-        )
+        trace = self._tokens.trace(prompt, completion, logprobs, stopped=stopped, decode=decode)
         text = decode(completion, skip_special_tokens=True)
         return Generation(message=parse_assistant_text(text), tokens=trace, model=self.engine.model_dir.name)
 
