@@ -1,10 +1,17 @@
 """An LLM judge: any OpenAI-compatible model grades an answer against a rubric, as a reward.
 
 The judge's reply must be one JSON object of a fixed schema and nothing else, because a score scraped out
-of free prose is a score nobody can audit. A reply that breaks the schema is re-asked a few times, then
-fails with `JudgeError`: an infrastructure error, so the runner retries the episode instead of charging
-the agent for a broken grader. HTTP faults (rate limits, 5xx, timeouts) are retried by the same client
-`OpenAIPolicy` uses, and verdicts are cached so re-grading a batch costs nothing.
+of free prose is a score nobody can audit. A reply that breaks the schema is re-asked a few times. HTTP
+faults (rate limits, 5xx, timeouts) are retried by the same client `OpenAIPolicy` uses, and verdicts are
+cached so re-grading a batch costs nothing.
+
+Who is to blame for a failure decides what it costs. What the agent controls (its answer, its earlier
+turns) can never make grading fail: text is repaired and cut deterministically before it is sent, an
+answer over the size limit scores 0, and when the judge refuses a request (4xx) or never replies on
+schema, the same request is tried with a neutral answer to the environment's task alone; if that is
+graded, the agent's content caused the failure and the answer scores 0 with the reason in
+`JudgeVerdict.ungraded`. Only faults outside the agent's reach (unreachable, 5xx, timeouts, or a judge
+that fails the neutral request too) raise `JudgeError`, an infrastructure error the runner retries.
 """
 
 from __future__ import annotations
@@ -13,9 +20,10 @@ import asyncio
 import hashlib
 import json
 import math
+import re
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -32,14 +40,26 @@ from envhub.core import InfrastructureError
 from envhub.messages import Message, assistant, system, user
 from envhub.policies.openai import OpenAIPolicy, PolicyServerError
 from envhub.rewards.cache import JudgeCache, cache_key
-from envhub.rewards.conversation import split_answer, transcript
+from envhub.rewards.conversation import encodable, middle_cut, split_answer, task_only, transcript
 
 PROMPT_VERSION = "1"
 """Part of every cache key: bump it when the judge's prompts change, so old verdicts are not reused."""
 
 
+NEUTRAL_ANSWER = "(no answer)"
+"""The answer of the control request that tells a broken judge from an answer that broke it."""
+
+Ungraded = Literal["answer_too_long", "answer_rejected", "answer_unusable"]
+"""Why an answer scored 0 without a verdict: over `max_answer_chars`; refused by the judge's server (a
+4xx such as "context length exceeded") while a neutral answer was not; or no reply on schema while a
+neutral answer got one (an answer that talks the judge out of its format)."""
+
+_REJECTED = re.compile(r"rejected the request with (4\d\d)")
+
+
 class JudgeError(InfrastructureError):
-    """The judge could not give a usable verdict (server down, replies off-schema); not the agent's fault."""
+    """The judge could not give a verdict for reasons outside the agent's reach (server down or failing,
+    or failing even a neutral answer); the runner retries the episode rather than scoring the agent."""
 
 
 class Criterion(BaseModel):
@@ -115,10 +135,21 @@ class JudgeVerdict(BaseModel):
     attempts: int
     """How many replies it took to get one that parsed (1 unless re-asked)."""
     cached: bool = False
+    ungraded: Ungraded | None = None
+    """Set when the answer itself kept the judge from grading it: it then scores 0 and `rationale` says
+    what happened."""
 
 
 class _Unusable(ValueError):
     """A reply that does not fit the schema; the message is sent back to the judge when re-asking."""
+
+
+class _Failed(Exception):
+    """A request the judge refused (4xx) or never answered on schema: the request's content may be why."""
+
+    def __init__(self, kind: Ungraded, detail: str, *, raw: str = "", attempts: int = 1) -> None:
+        super().__init__(detail)
+        self.kind, self.detail, self.raw, self.attempts = kind, detail, raw, attempts
 
 
 def _reject_constant(name: str) -> float:
@@ -218,6 +249,11 @@ class LLMJudge:
     `response_format` (vLLM, SGLang and OpenAI then constrain decoding to it); servers that do not know
     the field may reject it. `cache` reuses verdicts across calls, judges and, on disk, runs; concurrent
     identical requests are sent once.
+
+    `max_answer_chars` bounds what the agent can make the judge read: a longer answer is not sent and
+    scores 0 (`ungraded="answer_too_long"`); the prompt (the conversation before the answer, which
+    holds the agent's earlier turns) is cut in the middle to `max_prompt_chars`. The defaults fit a
+    judge with a 32k-token context; lower them for a smaller one.
     """
 
     def __init__(
@@ -237,13 +273,22 @@ class LLMJudge:
         cache: JudgeCache | None = None,
         structured: bool = False,
         extra_body: dict[str, Any] | None = None,
+        max_answer_chars: int = 24_000,
+        max_prompt_chars: int = 24_000,
     ) -> None:
         if max_reasks < 0:
             raise ValueError(f"max_reasks must be >= 0, got {max_reasks}")
+        if max_answer_chars < 1 or max_prompt_chars < 200:
+            raise ValueError(
+                f"need max_answer_chars >= 1 and max_prompt_chars >= 200; "
+                f"got {max_answer_chars} and {max_prompt_chars}"
+            )
         self.rubric = rubric if isinstance(rubric, Rubric) else Rubric(instructions=rubric)
         self.model = model
         self.temperature = temperature
         self.max_reasks = max_reasks
+        self.max_answer_chars = max_answer_chars
+        self.max_prompt_chars = max_prompt_chars
         self.cache = cache
         body = dict(extra_body or {})
         if structured:
@@ -275,14 +320,24 @@ class LLMJudge:
     ) -> JudgeVerdict:
         """Grade `answer` to `prompt` (text, or the conversation before it), maybe against `reference`.
 
-        Raises JudgeError when the server keeps failing or the judge's replies stay off-schema.
+        An answer that keeps the judge from grading it scores 0 with the reason in `ungraded`. Raises
+        JudgeError when the judge fails for reasons of its own: the server keeps failing, or it cannot
+        grade even a neutral answer to the task.
         """
-        task = transcript(prompt)
+        answer = encodable(answer)
+        if len(answer) > self.max_answer_chars:
+            return self._ungraded(
+                "answer_too_long",
+                f"the answer has {len(answer)} characters; the judge reads at most {self.max_answer_chars}",
+            )
+        task = self._prompt_text(prompt)
+        control = self._prompt_text(task_only(prompt))
+        reference = None if reference is None else encodable(reference)
         key = cache_key(self.model, self.rubric.digest, str(self.temperature), task, answer, reference)
         loop = asyncio.get_running_loop()
         running = self._in_flight.get(key)
         if running is None or running.get_loop() is not loop:
-            running = loop.create_task(self._grade(key, task, answer, reference))
+            running = loop.create_task(self._grade(key, task, answer, reference, control))
             self._in_flight[key] = running
             running.add_done_callback(lambda done: self._forget(key, done))
         return await asyncio.shield(running)
@@ -293,24 +348,73 @@ class LLMJudge:
         if not task.cancelled():
             task.exception()  # retrieved here, so an error nobody awaited is not reported as lost
 
-    async def _grade(self, key: str, task: str, answer: str, reference: str | None) -> JudgeVerdict:
+    def _prompt_text(self, prompt: str | list[Message]) -> str:
+        return middle_cut(encodable(transcript(prompt)), self.max_prompt_chars)
+
+    def _ungraded(self, kind: Ungraded, detail: str, *, raw: str = "", attempts: int = 0) -> JudgeVerdict:
+        """A score of 0 for an answer the judge could not grade because of the answer itself."""
+        low = self.rubric.scale[0]
+        return JudgeVerdict(
+            score=0.0,
+            raw_score=low,
+            criteria={c.name: 0.0 for c in self.rubric.criteria},
+            rationale=f"Not graded, scored 0 ({kind}): {detail}",
+            raw=raw,
+            model=self.model,
+            attempts=attempts,
+            ungraded=kind,
+        )
+
+    async def _grade(
+        self, key: str, task: str, answer: str, reference: str | None, control: str
+    ) -> JudgeVerdict:
         if self.cache is not None:
             stored = await self.cache.aget(key)
             if stored is not None:
                 return JudgeVerdict.model_validate_json(stored).model_copy(update={"cached": True})
-        verdict = await self._ask(grading_messages(self.rubric, task, answer, reference))
+        try:
+            verdict = await self._ask(grading_messages(self.rubric, task, answer, reference))
+        except _Failed as failure:
+            await self._check_judge(control, reference, failure)
+            verdict = self._ungraded(failure.kind, failure.detail, raw=failure.raw, attempts=failure.attempts)
         if self.cache is not None:
             await self.cache.aput(key, verdict.model_dump_json())
         return verdict
 
+    async def _check_judge(self, control: str, reference: str | None, failure: _Failed) -> None:
+        """Raise JudgeError unless the judge grades a neutral answer to the environment's task alone.
+
+        Only the agent's content differs between that request and the failed one, so if it is graded,
+        the agent's content is what failed.
+        """
+        try:
+            await self._ask(grading_messages(self.rubric, control, NEUTRAL_ANSWER, reference))
+        except _Failed as again:
+            raise JudgeError(
+                f"the judge {self.model!r} at {self.base_url} failed ({failure.detail}), and failed a "
+                f"neutral answer to the same task too ({again.detail}), so the judge, not the answer, is "
+                "at fault; check the model name, the request options (structured=True needs server "
+                "support) and that the model follows JSON instructions (or raise max_reasks)"
+            ) from again
+
     async def _ask(self, messages: list[Message]) -> JudgeVerdict:
+        """A verdict; `_Failed` when the server refuses the request or the replies stay off-schema."""
         client = self._client()
         conversation = list(messages)
         problems: list[str] = []
+        raw = ""
         for attempt in range(1, self.max_reasks + 2):
             try:
                 generation = await client.act(conversation, [])
             except PolicyServerError as exc:
+                refused = _REJECTED.search(str(exc))
+                if refused is not None and refused.group(1) != "429":
+                    raise _Failed(
+                        "answer_rejected",
+                        f"the judge's server refused the request: {exc}",
+                        raw=raw,
+                        attempts=attempt - 1,
+                    ) from exc
                 raise JudgeError(f"the judge {self.model!r} failed: {exc}") from exc
             raw = generation.message.text
             try:
@@ -325,11 +429,11 @@ class LLMJudge:
                         f"exactly of this form, and nothing else:\n{_example(self.rubric)}"
                     ),
                 ]
-        raise JudgeError(
-            f"the judge {self.model!r} at {self.base_url} gave no usable verdict in "
-            f"{self.max_reasks + 1} replies (the last: {problems[-1]}); check that the model follows "
-            "JSON instructions (a stronger model, structured=True where the server supports it) or "
-            "raise max_reasks"
+        raise _Failed(
+            "answer_unusable",
+            f"the judge gave no usable verdict in {self.max_reasks + 1} replies (the last: {problems[-1]})",
+            raw=raw,
+            attempts=self.max_reasks + 1,
         )
 
     def _client(self) -> OpenAIPolicy:
@@ -346,13 +450,16 @@ class LLMJudge:
 
         It grades the agent's last message given the conversation before it; `reference(env)` may
         supply a reference answer from the episode's state. The component is named after the attribute.
+        An ungraded answer's reason is kept in the env's `reward_notes`, by component name.
         """
         judge = self
 
         async def judged(env: Any, messages: list[Message]) -> float:
             prompt, answer = split_answer(messages)
             expected = reference(env) if reference is not None else None
-            return (await judge.score(prompt, answer, reference=expected)).score
+            verdict = await judge.score(prompt, answer, reference=expected)
+            note_reward(env, judged, verdict.rationale if verdict.ungraded is not None else None)
+            return verdict.score
 
         return reward(weight=weight)(judged)
 
@@ -368,3 +475,22 @@ class LLMJudge:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def note_reward(env: Any, method: Callable[..., Any], reason: str | None) -> None:
+    """Keep why a reward component scored what it did in `env.reward_notes`, under the component's name
+    (the class attribute holding `method`, as the reward registry names components); `None` clears it,
+    so a note never outlives its episode's score.
+    """
+    name = next(
+        (n for cls in type(env).__mro__ for n, v in vars(cls).items() if v is method),
+        getattr(method, "__name__", "reward"),
+    )
+    notes = getattr(env, "reward_notes", None)
+    if not isinstance(notes, dict):
+        notes = {}
+        env.reward_notes = notes
+    if reason is None:
+        notes.pop(name, None)
+    else:
+        notes[name] = reason
