@@ -5,6 +5,12 @@ the accelerator, so the in-process model gathers requests that arrive together i
 HTTP client speaks a small JSON protocol (`POST {base_url}/score`, see docs/judges.md) that
 `envhub.testing.reward_server` serves, and that a production scorer can implement in a few lines.
 
+What the agent wrote never decides whether a model can score it: text UTF-8 cannot carry is repaired
+and answers over `max_answer_chars` are cut in the middle, deterministically, before scoring. Otherwise
+one odd character or one huge answer would fail its whole micro-batch as an infrastructure error, and
+the runner would retry an episode that can only fail again. A reward model's scores have no floor that
+could stand for "unscorable", so an over-long answer is scored on its cut form rather than given one.
+
 torch and transformers are imported on first use, so `import envhub` stays light.
 """
 
@@ -24,17 +30,19 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 
 from envhub.authoring.rewards import reward
 from envhub.core import InfrastructureError
-from envhub.messages import Message, assistant
+from envhub.messages import Message, TextPart, assistant
 from envhub.policies.batching import MicroBatcher
 from envhub.policies.hf import template_message
 from envhub.policies.openai import RETRIED_STATUSES
-from envhub.rewards.conversation import as_messages, split_answer
+from envhub.rewards.conversation import as_messages, encodable, middle_cut, split_answer
 from envhub.text_format import render
 
 Prompt = str | list[Message]
 """What the answer responds to: a user message's text, or the conversation before the answer."""
 
 INSTALL_HINT = "pip install 'envhub[hf]' (torch==2.13.0 and transformers)"
+MAX_ANSWER_CHARS = 24_000
+"""The default longest answer a reward model reads; longer ones are cut in the middle to this."""
 
 
 class RewardModelError(InfrastructureError):
@@ -52,13 +60,28 @@ class RewardModel(Protocol):
     async def close(self) -> None: ...
 
 
-def conversation(prompt: Prompt, answer: str) -> list[Message]:
-    """The conversation a reward model reads: the prompt, then the answer as the assistant's turn."""
-    return [*as_messages(prompt), assistant(answer)]
+def conversation(prompt: Prompt, answer: str, max_answer_chars: int = MAX_ANSWER_CHARS) -> list[Message]:
+    """The conversation a reward model reads: the prompt, then the answer as the assistant's turn.
+
+    Every text is made encodable, and the answer is cut in the middle to `max_answer_chars`.
+    """
+    return [*map(_encodable, as_messages(prompt)), assistant(middle_cut(encodable(answer), max_answer_chars))]
+
+
+def _encodable(message: Message) -> Message:
+    if isinstance(message.content, str):
+        return message.model_copy(update={"content": encodable(message.content)})
+    parts = [
+        p.model_copy(update={"text": encodable(p.text)}) if isinstance(p, TextPart) else p
+        for p in message.content
+    ]
+    return message.model_copy(update={"content": parts})
 
 
 class _Scorer:
     """What every reward model shares: one score is a batch of one, and any of them can be a reward."""
+
+    max_answer_chars = MAX_ANSWER_CHARS
 
     async def score_batch(self, items: Sequence[tuple[Prompt, str]]) -> list[float]:
         raise NotImplementedError
@@ -91,7 +114,7 @@ class LocalRewardModel(_Scorer):
     `chat_template=False`, as `role: text` paragraphs). Concurrent requests are gathered for up to
     `max_wait` seconds into batches of at most `batch_size`, and each batch runs in a worker thread;
     a lock lets one forward pass run at a time, so one model can serve several event loops and threads.
-    `forward_passes` counts them.
+    `forward_passes` counts them. Answers longer than `max_answer_chars` are cut in the middle.
     """
 
     def __init__(
@@ -103,14 +126,19 @@ class LocalRewardModel(_Scorer):
         max_wait: float = 0.005,
         max_length: int | None = None,
         chat_template: bool = True,
+        max_answer_chars: int = MAX_ANSWER_CHARS,
     ) -> None:
         path = Path(model_dir)
         if not (path / "config.json").is_file():
             raise ValueError(
                 f"{path} is not a model directory (no config.json); save one with save_pretrained"
             )
-        if batch_size < 1 or max_wait < 0:
-            raise ValueError(f"need batch_size >= 1 and max_wait >= 0, got {batch_size} and {max_wait}")
+        if batch_size < 1 or max_wait < 0 or max_answer_chars < 1:
+            raise ValueError(
+                f"need batch_size >= 1, max_wait >= 0 and max_answer_chars >= 1; "
+                f"got {batch_size}, {max_wait} and {max_answer_chars}"
+            )
+        self.max_answer_chars = max_answer_chars
         self.model_dir = path
         self.batch_size = batch_size
         self.device = device
@@ -191,7 +219,8 @@ class LocalRewardModel(_Scorer):
 
     async def score_batch(self, items: Sequence[tuple[Prompt, str]]) -> list[float]:
         """Scores for (prompt, answer) pairs, micro-batched with any other requests in flight."""
-        return list(await asyncio.gather(*(self._batcher.submit(conversation(p, a), None) for p, a in items)))
+        conversations = [conversation(p, a, self.max_answer_chars) for p, a in items]
+        return list(await asyncio.gather(*(self._batcher.submit(c, None) for c in conversations)))
 
     def _forward_batch(self, conversations: list[list[Message]], _: None) -> list[float]:
         """`forward`, with a failure of the model itself named as the reward model's."""
@@ -222,7 +251,7 @@ class HTTPRewardModel(_Scorer):
     Each conversation is a list of OpenAI-format messages ending with the assistant's answer. Transient
     failures (unreachable, timeouts, 429 and 5xx) are retried `max_retries` times with jittered backoff;
     anything else, or a malformed answer, raises RewardModelError at once. Batches larger than `max_batch`
-    are split into several requests.
+    are split into several requests. Answers are cut to `max_answer_chars` as `LocalRewardModel` does.
     """
 
     def __init__(
@@ -235,14 +264,16 @@ class HTTPRewardModel(_Scorer):
         backoff: float = 0.5,
         max_backoff: float = 10.0,
         max_batch: int = 64,
+        max_answer_chars: int = MAX_ANSWER_CHARS,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"the reward model URL must start with http:// or https://, got {base_url!r}")
-        if timeout <= 0 or max_retries < 0 or max_batch < 1:
+        if timeout <= 0 or max_retries < 0 or max_batch < 1 or max_answer_chars < 1:
             raise ValueError(
-                f"need timeout > 0, max_retries >= 0 and max_batch >= 1; "
-                f"got {timeout}, {max_retries} and {max_batch}"
+                f"need timeout > 0, max_retries >= 0, max_batch >= 1 and max_answer_chars >= 1; "
+                f"got {timeout}, {max_retries}, {max_batch} and {max_answer_chars}"
             )
+        self.max_answer_chars = max_answer_chars
         self.base_url = base_url.rstrip("/")
         self.url = f"{self.base_url}/score"
         self.timeout = timeout
@@ -257,7 +288,7 @@ class HTTPRewardModel(_Scorer):
         )
 
     async def score_batch(self, items: Sequence[tuple[Prompt, str]]) -> list[float]:
-        inputs = [[m.to_openai() for m in conversation(p, a)] for p, a in items]
+        inputs = [[m.to_openai() for m in conversation(p, a, self.max_answer_chars)] for p, a in items]
         chunks = [inputs[i : i + self.max_batch] for i in range(0, len(inputs), self.max_batch)]
         results = await asyncio.gather(*(self._post(chunk) for chunk in chunks))
         return [score for chunk in results for score in chunk]

@@ -484,8 +484,9 @@ async def test_an_answer_that_breaks_the_judge_scores_zero_in_the_episode_not_re
     env = Judged()
     await env.reset(seed=0)
     await env.step("Paris " * 5_000)
-    assert "answer_too_long" in env.reward_notes["graded"]
+    notes: dict[str, str] = vars(env)["reward_notes"]
+    assert "answer_too_long" in notes["graded"]
     await env.reset(seed=0)
     await env.step("Paris")
-    assert "graded" not in env.reward_notes  # a note never outlives its episode's score
+    assert "graded" not in notes  # a note never outlives its episode's score
     await judge.close()

@@ -183,3 +183,47 @@ def test_importing_the_graders_does_not_import_torch() -> None:
     code = "import sys, envhub.rewards; print(any(m in sys.modules for m in ('torch', 'transformers')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+# ---------------------------------------------------------------- the agent's text cannot fail scoring
+
+BROKEN = "549\ud800"
+"""What a tool call's JSON arguments `"549\\ud800"` decode to: a lone surrogate, which UTF-8 cannot carry."""
+
+
+def test_text_utf8_cannot_carry_is_scored_and_spoils_no_batch(reward_model_dir: Path) -> None:
+    """One such answer used to fail its whole micro-batch, every other episode's score with it."""
+    model = LocalRewardModel(reward_model_dir, batch_size=4, max_wait=0.05)
+
+    async def together() -> list[float]:
+        scored = [model.score("What is 512 + 37?", BROKEN), *(model.score(p, a) for p, a in ITEMS[:3])]
+        return list(await asyncio.gather(*scored))
+
+    broken, *others = asyncio.run(together())
+    assert broken == pytest.approx(asyncio.run(model.score("What is 512 + 37?", "549?")), rel=1e-4)
+    assert others == pytest.approx(asyncio.run(one_by_one(model))[:3], rel=1e-4, abs=1e-4)
+
+
+def test_an_over_long_answer_is_scored_on_its_middle_cut(reward_model_dir: Path) -> None:
+    """Over 24 000 characters, the answer's middle is cut away before scoring, the same way every time."""
+    model = LocalRewardModel(reward_model_dir)
+
+    def answer(middle: str) -> str:  # 32 000 characters, which differ only around their middle
+        return "the " * 3_750 + middle * 1_250 + "the " * 3_750
+
+    fox, dog = asyncio.run(model.score_batch([("q", answer("fox ")), ("q", answer("dog "))]))
+    assert fox == pytest.approx(dog, rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_http_scores_text_utf8_cannot_carry(reward_model_dir: Path, reward_server: RewardServer) -> None:
+    remote = HTTPRewardModel(reward_server.base_url, timeout=30)
+
+    async def score_then_close() -> float:
+        try:
+            return await remote.score("What is 512 + 37?", BROKEN)
+        finally:
+            await remote.close()
+
+    expected = asyncio.run(LocalRewardModel(reward_model_dir).score("What is 512 + 37?", "549?"))
+    assert asyncio.run(score_then_close()) == pytest.approx(expected, rel=1e-4, abs=1e-4)
