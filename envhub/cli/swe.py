@@ -86,7 +86,7 @@ def validate(
         except Unsupported as exc:  # a missing image or workspace: say what to do, no traceback
             raise fail(exc) from exc
     table = Table(title=f"{dataset} · runtime {runtime}")
-    for column in ("instance", "gold", "empty", "seconds", "note"):
+    for column in ("instance", "gold", "empty", "canary", "seconds", "note"):
         table.add_column(column)
     for r in results:
         note = "" if r.ok else (r.gold_summary if not r.gold_resolved else r.empty_summary)
@@ -94,6 +94,7 @@ def validate(
             r.instance_id,
             "[green]resolved[/green]" if r.gold_resolved else "[red]not resolved[/red]",
             "[red]resolved[/red]" if r.empty_resolved else "[green]not resolved[/green]",
+            r.canary,
             f"{r.duration_s:.2f}",
             note,
         )

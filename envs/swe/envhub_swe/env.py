@@ -19,16 +19,18 @@ from envhub.authoring.chat import Reaction
 from envhub.messages import Message, ToolCall
 from envhub.sandbox import ExecResult, Sandbox
 from envhub_swe.data import Instance, load, select
-from envhub_swe.evaluation import GradeReport
+from envhub_swe.evaluation import GradeReport, refused
 from envhub_swe.runtime import (
     TESTBED,
     Runtime,
     RuntimeKind,
-    current_patch,
+    SubmissionRefused,
+    diff_snapshot,
     grade,
     mini_runtime,
     mini_workspace,
     open_workspace,
+    snapshot,
 )
 
 MAX_OUTPUT = 16_000
@@ -79,7 +81,10 @@ class SWEEnv(envhub.ToolEnv):
         self.workspaces = Path(workspaces) if workspaces else None
         self.instance: Instance | None = None
         self.patch: str | None = None
+        """The submission as graded: computed by the grader from the submitted files."""
         self.report: GradeReport | None = None
+        self._submitted: bytes | SubmissionRefused | None = None
+        """The agent's files at submit time (a tar without `.git`), or why they could not be taken."""
         self._sandbox: Sandbox | None = None
         self._runtime: Runtime | None = None
         self._workspace: Path | None = None
@@ -100,7 +105,7 @@ class SWEEnv(envhub.ToolEnv):
     async def setup(self, rng: random.Random) -> str:
         await self._close_sandbox()
         self.instance = rng.choice(self.instances)
-        self.patch, self.report = None, None
+        self.patch, self.report, self._submitted = None, None, None
         runtime, workspace = await asyncio.to_thread(self._resolve, self.instance)
         self._runtime, self._workspace = runtime, workspace
         self._sandbox = await runtime.open()
@@ -119,7 +124,7 @@ class SWEEnv(envhub.ToolEnv):
 
     async def react(self, message: Message) -> Reaction:
         reaction = await super().react(message)
-        if self.patch is not None and not reaction.done:
+        if self._submitted is not None and not reaction.done:
             return Reaction(observation=reaction.observation, done=True, info=reaction.info)
         return reaction
 
@@ -249,13 +254,16 @@ class SWEEnv(envhub.ToolEnv):
     @envhub.tool
     async def submit(self) -> str:
         """Submit the repository's current changes as the fix; this ends the episode."""
-        self.patch = await self._take_patch()
-        files = self.patch.count("diff --git ")
-        return f"submitted a patch touching {files} files" if files else "submitted an empty patch"
+        await self._take_files()
+        return "submitted the repository's current state; it is graded now"
 
-    async def _take_patch(self) -> str:
-        assert self.instance is not None
-        return await current_patch(self.sandbox, self.instance.base_commit)
+    async def _take_files(self) -> None:
+        """Keep the agent's files (not its git's idea of them): the grader diffs them itself."""
+        if self._submitted is None:
+            try:
+                self._submitted = await snapshot(self.sandbox)
+            except SubmissionRefused as exc:
+                self._submitted = exc
 
     async def _read(self, target: str, path: str) -> str:
         result = await self.sandbox.exec(["cat", "--", target], timeout=30)
@@ -276,11 +284,24 @@ class SWEEnv(envhub.ToolEnv):
         async with self._grading:
             if self.report is None:
                 assert self.instance is not None and self._runtime is not None
-                if self.patch is None:
-                    self.patch = await self._take_patch()
+                await self._take_files()
                 await self._close_sandbox()  # nothing the agent started may outlive its turn
-                self.report = await grade(self.instance, self.patch, self._runtime, self._workspace)
+                self.report = await self._grade_submission(self.instance, self._runtime)
+                self.patch = self.report.patch
             return self.report
+
+    async def _grade_submission(self, instance: Instance, runtime: Runtime) -> GradeReport:
+        """A submission the agent made impossible to take or compare scores 0 with the reason; only
+        faults outside its reach (a sandbox that will not start) raise `InfrastructureError`."""
+        submitted = self._submitted
+        try:
+            if isinstance(submitted, SubmissionRefused):
+                raise submitted
+            assert submitted is not None
+            patch = await diff_snapshot(instance, submitted, runtime, self._workspace)
+        except SubmissionRefused as exc:
+            return refused(instance, str(exc), runtime=runtime.kind)
+        return await grade(instance, patch, runtime, self._workspace)
 
     @envhub.reward
     async def resolved(self) -> float:

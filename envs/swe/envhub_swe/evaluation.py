@@ -6,71 +6,95 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
+from envhub_swe.canaries import Canaries
 from envhub_swe.data import Instance
-from envhub_swe.parsers import PARSERS, PASSING, finished, parser_name
+from envhub_swe.parsers import PARSERS, PASSING, Status, finished, parser_name
 
 START = ">>>>> Start Test Output"
 END = ">>>>> End Test Output"
-EXIT = ">>>>> envhub test exit code"
 _ACTIVATION = re.compile(r"^(source /opt/miniconda3/bin/activate|conda activate \S+)\s*$")
 _REINSTALL = re.compile(r"^(python -m )?pip install\b.*|^python setup\.py (develop|install)\b.*")
 _HEREDOC = re.compile(r"<<\s*'?(\w+)'?\s*$")
-_TEST_INFRA = re.compile(
-    r"(^|/)(tests?|testing|e2e)(/|$)|(^|/)test_[^/]*$|_tests?\.py$|(^|/)conftest\.py$"
-    r"|(^|/)(sitecustomize|usercustomize)\.py$|\.pth$|(^|/)(pytest\.ini|tox\.ini|setup\.cfg|pyproject\.toml|runtests\.py)$"
+_SHELL_STATE = re.compile(
+    r"^(set [-+][\w ]+|source \S+|conda activate \S+|\. \S+/activate|cd \S+|export \w+=\S*)\s*$"
 )
-"""Paths a submission may not change: tests, test configuration and interpreter start-up hooks.
+"""Lines of the set-up that shape the shell the tests run in (options, activation, directory, variables)."""
 
-The same rule the dataset's makers used to split pull requests into `patch` and `test_patch` (no
-gold patch of Lite touches such a path), so dropping them never costs an honest fix.
-"""
+
+@dataclass(frozen=True)
+class EvalSteps:
+    """The row's eval script in the two parts the grader runs as separate commands.
+
+    `setup` resets the test files and applies the test patch; `test` is the test command, preceded
+    by the set-up's shell state. Run apart, the test command's exit status is observed by the
+    sandbox's supervisor (it is the process's own status), never read from output the tested code
+    can write, and nothing of the grade is secret from the sandbox.
+    """
+
+    setup: str
+    shell_state: tuple[str, ...]
+    test_command: str
+
+    def test_script(self, command: str | None = None) -> str:
+        return "\n".join([*self.shell_state, command or self.test_command]) + "\n"
 
 
 def adapt_eval_script(
     script: str,
     *,
-    nonce: str,
     activation: str | None = None,
     testbed: str = "/testbed",
     skip_install: bool = False,
-) -> str:
-    """The row's own eval script with only the runtime adapted.
+) -> EvalSteps:
+    """The row's own eval script with only the runtime adapted, split at its test output markers.
 
     `activation` replaces the conda activation lines (None keeps them, for the official images);
     `testbed` replaces the `/testbed` path; `skip_install` drops the per-evaluation reinstall, which
-    needs a package index; and the test command's exit status is printed before the end marker,
-    tagged with `nonce` so a line printed by the code under test cannot pass for it.
+    needs a package index. The lines after the end marker (which only reset the test files) are not run.
     """
-    out: list[str] = []
+    setup: list[str] = []
     heredoc: str | None = None
-    for line in script.splitlines():
+    lines = script.splitlines()
+    for i, line in enumerate(lines):
         if heredoc is not None:  # the test patch itself: never rewritten
-            out.append(line)
+            setup.append(line)
             if line == heredoc:
                 heredoc = None
             continue
+        if START in line:
+            return _steps(setup, lines[i + 1 :])
         if found := _HEREDOC.search(line):
             heredoc = found[1]
         if activation is not None and _ACTIVATION.match(line):
-            if activation and activation not in out:
-                out.append(activation)
+            if activation and activation not in setup:
+                setup.append(activation)
             continue
         if skip_install and _REINSTALL.match(line):
-            out.append(": 'envhub: reinstall skipped, the environment is already installed'")
+            setup.append(": 'envhub: reinstall skipped, the environment is already installed'")
             continue
-        if END in line:
-            out.append(f'echo "{EXIT} {nonce}: $?"')
         if testbed != "/testbed":
             line = re.sub(r"/testbed\b", testbed, line)
-        out.append(line)
-    if not any(END in line for line in out):
-        raise ValueError(
-            "the eval script has no '>>>>> End Test Output' marker; it is not an official script"
-        )
-    return "\n".join(out) + "\n"
+        setup.append(line)
+    raise ValueError("the eval script has no '>>>>> Start Test Output' marker; it is not an official script")
+
+
+def _steps(setup: list[str], after_start: list[str]) -> EvalSteps:
+    body = [line for line in after_start[: _index_of_end(after_start)] if line.strip()]
+    if len(body) != 1:
+        raise ValueError(f"the eval script's test section must be one command line, found {len(body)}")
+    state = tuple(line for line in setup if _SHELL_STATE.match(line))
+    return EvalSteps(setup="\n".join(setup) + "\n", shell_state=state, test_command=body[0])
+
+
+def _index_of_end(lines: list[str]) -> int:
+    for i, line in enumerate(lines):
+        if END in line:
+            return i
+    raise ValueError("the eval script has no '>>>>> End Test Output' marker; it is not an official script")
 
 
 def cut_test_output(log: str) -> str | None:
@@ -81,38 +105,6 @@ def cut_test_output(log: str) -> str | None:
     if not starts or not ends or ends[-1] < starts[0]:
         return None
     return "\n".join(lines[starts[0] + 1 : ends[-1]])
-
-
-def test_exit_code(section: str, nonce: str) -> int | None:
-    """The test command's exit status, from the line our script printed; the last such line counts."""
-    codes = re.findall(rf"^{re.escape(EXIT)} {re.escape(nonce)}: (\d+)$", section, re.MULTILINE)
-    return int(codes[-1]) if codes else None
-
-
-def split_patch(patch: str) -> dict[str, str]:
-    """A unified diff by file (its `b/` path), each chunk starting at its `diff --git` line."""
-    chunks: dict[str, str] = {}
-    key: str | None = None
-    for line in patch.splitlines(keepends=True):
-        if line.startswith("diff --git "):
-            match = re.match(r"diff --git a/(\S+) b/(\S+)", line)
-            key = match[2] if match else line.strip()
-            chunks[key] = ""
-        if key is not None:
-            chunks[key] += line
-    return chunks
-
-
-def filter_patch(patch: str) -> tuple[str, list[str]]:
-    """The submission without its changes to tests and test configuration, and the files dropped."""
-    kept, dropped = [], []
-    for path, chunk in split_patch(patch).items():
-        old = re.match(r"diff --git a/(\S+) ", chunk)
-        if _TEST_INFRA.search(path) or (old is not None and _TEST_INFRA.search(old[1])):
-            dropped.append(path)
-        else:
-            kept.append(chunk)
-    return "".join(kept), dropped
 
 
 class TestOutcome(BaseModel):
@@ -144,8 +136,13 @@ class GradeReport(BaseModel):
     problem: str | None = None
     """Why the log could not be trusted (scored 0 whatever it says), or why grading could not run."""
     test_exit_code: int | None = None
+    """The test command's exit status, as the sandbox's supervisor observed it (None: it never ran)."""
+    canary: str = ""
+    """`passed` (both canary tests behaved), `void` (see `problem`), or why no canaries ran."""
+    patch: str = ""
+    """The submission as graded: the patch taken from the agent's files, before filtering."""
     dropped_files: list[str] = []
-    """Files of the submission left out of grading: tests and test configuration."""
+    """Files of the submission left out of grading: tests, test configuration, shadowing modules."""
     parser: str = ""
     runtime: str = ""
     duration_s: float = 0.0
@@ -178,39 +175,41 @@ def _outcome(tests: Sequence[str], statuses: dict[str, object], void: bool) -> T
 # pytest: 0 all passed, 1 some failed; 2 interrupted, 3 internal error, 4 usage error, 5 no tests.
 # unittest runners and sympy: 0 or 1. Anything else means the run itself broke.
 _GOOD_EXITS = (0, 1)
+_FAILING = (Status.FAILED, Status.ERROR)
 
 
 def grade_log(
-    instance: Instance, log: str, *, nonce: str, problem: str | None = None, **fields: object
+    instance: Instance,
+    output: str,
+    *,
+    exit_code: int | None,
+    canaries: Canaries | None = None,
+    problem: str | None = None,
+    **fields: object,
 ) -> GradeReport:
-    """Grade a merged eval log with the official rule: resolved iff every listed test passed.
+    """Grade the test command's output with the official rule: resolved iff every listed test passed.
 
-    On top of it, a log is void (everything counts as not passed) when the test output is missing,
-    the runner never printed its closing line, or the test command's exit status says it broke or
-    contradicts the results.
+    `exit_code` is the test command's own exit status, observed outside the graded process tree. On
+    top of the official rule a log is void (everything counts as not passed) when the command did not
+    run to a normal end, the runner never printed its closing line, a canary misbehaved, or the exit
+    status contradicts a failure the log reports. None of these can void an honest run.
     """
     name = parser_name(instance.repo, instance.log_parser)
-    section = cut_test_output(log)
-    statuses: dict[str, object] = {}
-    exit_code = None
-    if problem is None and section is None:
-        problem = "no test output between the >>>>> Start/End Test Output markers"
-    if section is not None:
-        statuses = dict(PARSERS[name](section))
-        exit_code = test_exit_code(section, nonce)
-        if problem is None:
-            if exit_code is None:
-                problem = "the test command's exit status is missing (the script was cut short)"
-            elif not finished(name, section):
-                problem = "the test runner never finished (no closing summary line): the tests did not run"
-            elif exit_code not in _GOOD_EXITS:
-                problem = f"the test command exited {exit_code}: the run broke, its results are not trusted"
-            elif exit_code == 0 and any(s not in PASSING and s != "SKIPPED" for s in statuses.values()):
-                problem = "the test command exited 0 but the log reports failures: the log is forged"
+    statuses: dict[str, object] = dict(PARSERS[name](output)) if problem is None else {}
+    if problem is None:
+        problem = _distrust(name, output, statuses, exit_code, canaries)
     void = problem is not None
+    if canaries is not None:
+        statuses = {
+            t: s for t, s in statuses.items() if canaries.must_pass not in t and canaries.must_fail not in t
+        }
     f2p = _outcome(instance.FAIL_TO_PASS, statuses, void)
     p2p = _outcome(instance.PASS_TO_PASS, statuses, void)
     resolved = not void and not (f2p.failed or f2p.missing or p2p.failed or p2p.missing)
+    if problem is not None and problem.startswith("canary"):
+        fields["canary"] = "void"
+    elif canaries is not None and not void:
+        fields["canary"] = "passed"
     return GradeReport(
         instance_id=instance.instance_id,
         resolved=resolved,
@@ -219,6 +218,35 @@ def grade_log(
         problem=problem,
         test_exit_code=exit_code,
         parser=name,
-        log=log[-20_000:],
+        **fields,
+    )
+
+
+def _distrust(
+    name: str, output: str, statuses: dict[str, object], exit_code: int | None, canaries: Canaries | None
+) -> str | None:
+    if exit_code is None:
+        return "the test command did not run"
+    if exit_code not in _GOOD_EXITS:
+        return f"the test command exited {exit_code}: the run broke, its results are not trusted"
+    if canaries is not None and (verdict := canaries.verdict(statuses)) is not None:
+        return verdict
+    if not finished(name, output):
+        return "the test runner never finished (no closing summary line): the tests did not run"
+    if exit_code == 0 and any(s in _FAILING for s in statuses.values()):
+        return "the test command exited 0 but the log reports failures: the log is forged"
+    return None
+
+
+def refused(instance: Instance, reason: str, **fields: object) -> GradeReport:
+    """A submission that could not be graded because of what the agent did: every test not passed."""
+    name = parser_name(instance.repo, instance.log_parser)
+    return GradeReport(
+        instance_id=instance.instance_id,
+        resolved=False,
+        fail_to_pass=_outcome(instance.FAIL_TO_PASS, {}, True),
+        pass_to_pass=_outcome(instance.PASS_TO_PASS, {}, True),
+        problem=reason,
+        parser=name,
         **fields,
     )

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -32,8 +31,11 @@ from typing import Literal
 
 import envhub.sandbox
 from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
+from envhub_swe.canaries import Canaries, candidates, command_with, plan
 from envhub_swe.data import MINI_DATA, Instance
-from envhub_swe.evaluation import GradeReport, adapt_eval_script, filter_patch, grade_log
+from envhub_swe.evaluation import END, START, EvalSteps, GradeReport, adapt_eval_script, grade_log
+from envhub_swe.parsers import parser_name
+from envhub_swe.patches import RUNNER_MODULES, FilteredPatch, MalformedPatch, filter_patch, forbidden
 
 RuntimeKind = Literal["local", "docker"]
 TESTBED = "/testbed"
@@ -322,33 +324,215 @@ async def open_workspace(sandbox: Sandbox, workspace: Path | None, base_commit: 
         await load_workspace(sandbox, workspace)
 
 
-DIFF_COMMAND = (
-    f"cd {TESTBED} && git add -A >/dev/null 2>&1; git -c core.fileMode=false diff --cached --binary {{base}}"
+# -- the submission -----------------------------------------------------------------------------------
+
+SNAPSHOT = "/tmp/envhub-submission.tar"
+SNAPSHOT_COMMAND = f"tar -c --exclude=.git -f {SNAPSHOT} -C {TESTBED} ."
+"""The agent's files, every `.git` left behind: the agent's git configuration, hooks, attributes and
+objects never reach the grader. `tar` reads no configuration, and in the local sandbox it is the host's."""
+
+ISOLATED_GIT = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_ATTR_NOSYSTEM": "1",
+    "HOME": "/nonexistent",
+    "XDG_CONFIG_HOME": "/nonexistent",
+    "GIT_DIR": "/tmp/envhub-diff.git",
+    "GIT_WORK_TREE": "/tmp/envhub-tree",
+    "GIT_INDEX_FILE": "/tmp/envhub-diff.git/index",
+}
+"""git with no configuration but the grader's own: no system, global or repository config files."""
+NEUTRAL_ATTRIBUTES = "* -text !eol -ident !filter !diff !merge !working-tree-encoding\n"
+"""$GIT_DIR/info/attributes outranks every .gitattributes in the tree: no conversion, filter or driver."""
+DIFF_SCRIPT = r"""set -e
+mkdir -p "$GIT_WORK_TREE"
+tar -x --no-same-owner --no-same-permissions -f /tmp/envhub-tree.tar -C "$GIT_WORK_TREE"
+(unset GIT_WORK_TREE GIT_INDEX_FILE; git init -q --bare --template= "$GIT_DIR")
+mkdir -p "$GIT_DIR/info" "$GIT_DIR/objects/info"
+echo "$1/.git/objects" > "$GIT_DIR/objects/info/alternates"
+cp /tmp/envhub-attributes "$GIT_DIR/info/attributes"
+cp /tmp/envhub-exclude "$GIT_DIR/info/exclude"
+git -c core.bare=false read-tree "$2"
+git -c core.bare=false -c core.fileMode=false add -A
+git -c core.bare=false diff --cached --binary --no-ext-diff --no-textconv --no-color --no-renames "$2" \
+    > /tmp/envhub-diff.patch
+"""
+"""The diff of the agent's files against base_commit, taken in a sandbox the agent never ran in."""
+
+
+DIFF_FILE = "/tmp/envhub-diff.patch"
+
+
+class SubmissionRefused(Exception):
+    """The agent's workspace cannot become a submission, because of something the agent did: scored 0."""
+
+
+async def snapshot(sandbox: Sandbox) -> bytes:
+    """The agent's repository files as a tar archive (no `.git`), taken at submit time."""
+    result = await sandbox.exec(SNAPSHOT_COMMAND, timeout=300)
+    if result.timed_out or result.exit_code != 0:
+        reason = "timed out" if result.timed_out else result.stderr.strip()[-300:]
+        raise SubmissionRefused(f"the repository could not be archived for grading: {reason}")
+    return await sandbox.read_file(SNAPSHOT)
+
+
+async def diff_snapshot(instance: Instance, tree: bytes, runtime: Runtime, workspace: Path | None) -> str:
+    """The patch from base_commit to the agent's files, computed in a fresh sandbox by git with the
+    grader's configuration only: what the agent configured cannot decide what is submitted."""
+    async with await runtime.open() as sandbox:
+        await _pristine_repo(sandbox, instance, workspace)
+        untracked = await _untracked(sandbox)
+        await sandbox.write_file("/tmp/envhub-tree.tar", tree)
+        await sandbox.write_file("/tmp/envhub-attributes", NEUTRAL_ATTRIBUTES)
+        await sandbox.write_file(
+            "/tmp/envhub-exclude", "".join(f"/{_gitignore_escape(p)}\n" for p in untracked)
+        )
+        result = await sandbox.exec(
+            ["/bin/sh", "-c", DIFF_SCRIPT, "sh", TESTBED, instance.base_commit], env=ISOLATED_GIT, timeout=300
+        )
+        if result.timed_out or result.exit_code != 0:
+            reason = "timed out" if result.timed_out else result.stderr.strip()[-300:]
+            raise SubmissionRefused(f"the submitted files could not be compared with base_commit: {reason}")
+        return (await sandbox.read_file(DIFF_FILE)).decode(errors="surrogateescape")
+
+
+async def _untracked(sandbox: Sandbox) -> list[str]:
+    """Files the pristine /testbed holds that git does not track (an official image's install leaves some)."""
+    result = await sandbox.exec(
+        ["git", "-C", TESTBED, "ls-files", "-z", "--others", "--exclude-standard", "--directory"],
+        env=_GIT_NO_CONFIG,
+        timeout=120,
+    )
+    if not result.ok:
+        raise envhub.InfrastructureError(
+            f"listing the base repository's files failed: {result.stderr[-300:]}"
+        )
+    return [path for path in result.stdout.split("\0") if path]
+
+
+_GIT_NO_CONFIG = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": "/nonexistent"}
+
+
+async def _pristine_repo(sandbox: Sandbox, instance: Instance, workspace: Path | None) -> None:
+    if workspace is None:
+        await check_image_repo(sandbox, instance.base_commit)
+    else:
+        await load_workspace(sandbox, workspace)
+
+
+# -- grading ------------------------------------------------------------------------------------------
+
+PATCH_FILE = "/tmp/envhub-submission.patch"
+LIST_MODULES = (
+    "import pkgutil, sys; print('\\n'.join(sorted(set(sys.stdlib_module_names) | "
+    "{m.name for m in pkgutil.iter_modules()} | set(sys.builtin_module_names))))"
 )
-"""The submission: every change to the working tree since base_commit, new files included."""
-
-
-async def current_patch(sandbox: Sandbox, base_commit: str) -> str:
-    result = await sandbox.exec(DIFF_COMMAND.format(base=base_commit), timeout=60)
-    if result.exit_code != 0:
-        raise envhub.InfrastructureError(f"git diff failed in the workspace: {result.stderr.strip()[-500:]}")
-    return result.stdout
+"""Every top-level module the test environment can import (run from `/`, so the repository is not on
+the path unless the environment itself installs it)."""
 
 
 async def _apply(sandbox: Sandbox, patch: str) -> str | None:
     """Apply the submission like the harness: git apply, then with --reject, then patch --fuzz."""
     if not patch.strip():
         return None
-    await sandbox.write_file("/tmp/envhub-submission.patch", patch if patch.endswith("\n") else patch + "\n")
     for command in (
-        "git apply --verbose /tmp/envhub-submission.patch",
-        "git apply --verbose --reject /tmp/envhub-submission.patch",
-        "patch --batch --fuzz=5 -p1 -i /tmp/envhub-submission.patch",
+        f"git apply --verbose {PATCH_FILE}",
+        f"git apply --verbose --reject {PATCH_FILE}",
+        f"patch --batch --fuzz=5 -p1 -i {PATCH_FILE}",
     ):
-        result = await sandbox.exec(f"cd {TESTBED} && {command}", timeout=60)
+        result = await sandbox.exec(f"cd {TESTBED} && {command}", env=_GIT_NO_CONFIG, timeout=120)
         if result.ok:
             return None
     return f"the patch does not apply: {(result.stdout + result.stderr).strip()[-300:]}"
+
+
+async def _environment_modules(sandbox: Sandbox, runtime: Runtime) -> tuple[set[str], set[str]]:
+    """The environment's importable top-level modules, and the base repository's own module roots."""
+    activate = f"{runtime.activation}; " if runtime.activation else ""
+    if runtime.official_image:
+        activate = f"source {CONDA}/bin/activate; conda activate testbed; "
+    found = await sandbox.exec(
+        ["/bin/bash", "-c", f'{activate}cd / && python -I -c "$1"', "bash", LIST_MODULES], timeout=120
+    )
+    environment = set(found.stdout.split()) | RUNNER_MODULES
+    listed = await sandbox.exec(
+        ["/bin/sh", "-c", f"cd {TESTBED} && git ls-files | cut -d/ -f1-2"], env=_GIT_NO_CONFIG, timeout=120
+    )
+    base: set[str] = set()
+    for path in listed.stdout.splitlines():
+        top = path.split("/")[0]
+        base.add(top.removesuffix(".py"))
+        if top == "src" and "/" in path:
+            base.add("src/" + path.split("/")[1].removesuffix(".py"))
+    return environment, base
+
+
+async def _checked_patch(
+    sandbox: Sandbox, runtime: Runtime, patch: str
+) -> tuple[FilteredPatch | None, str | None]:
+    """The submission without tests and shadowing modules, or why it cannot be graded (scored 0)."""
+    environment, base = await _environment_modules(sandbox, runtime)
+    try:
+        filtered = filter_patch(patch, environment=environment, base_modules=base)
+    except MalformedPatch as exc:
+        return None, f"malformed patch: {exc}"
+    if not filtered.kept.strip():
+        return filtered, None
+    text = filtered.kept if filtered.kept.endswith("\n") else filtered.kept + "\n"
+    await sandbox.write_file(PATCH_FILE, text.encode(errors="surrogateescape"))
+    numstat = await sandbox.exec(
+        ["git", "-C", TESTBED, "apply", "--numstat", "-z", PATCH_FILE], env=_GIT_NO_CONFIG, timeout=120
+    )
+    if not numstat.ok:
+        return filtered, f"the patch does not apply: {numstat.stderr.strip()[-300:]}"
+    touched = _numstat_paths(numstat.stdout)
+    bad = forbidden(touched, environment, base)
+    if bad or not set(touched) <= set(filtered.kept_paths):
+        return (
+            filtered,
+            f"malformed patch: git would touch files its headers hide ({', '.join(bad or touched)})",
+        )
+    return filtered, None
+
+
+def _numstat_paths(output: str) -> list[str]:
+    """The paths of `git apply --numstat -z`: `added\\tdeleted\\tpath\\0`, or for a rename
+    `added\\tdeleted\\t\\0old\\0new\\0`."""
+    fields = output.split("\0")
+    paths: list[str] = []
+    i = 0
+    while i < len(fields):
+        stat = fields[i]
+        if not stat:
+            i += 1
+            continue
+        _, _, path = stat.split("\t", 2)
+        if path:
+            paths.append(path)
+            i += 1
+        else:
+            paths += fields[i + 1 : i + 3]
+            i += 3
+    return paths
+
+
+_EXISTING_FILES = 'cd "$1" && shift && for p; do [ -f "$p" ] && [ ! -L "$p" ] && echo "$p"; done; true'
+
+
+async def _add_canaries(
+    sandbox: Sandbox, instance: Instance, steps: EvalSteps, parser: str
+) -> tuple[Canaries | None, str]:
+    """Append the canary tests to a listed test file; returns them, or None and why they could not go in."""
+    paths = candidates(steps.test_command)
+    found = await sandbox.exec(["/bin/sh", "-c", _EXISTING_FILES, "sh", TESTBED, *paths], timeout=60)
+    exists = {path: True for path in found.stdout.splitlines()}
+    chosen = plan(steps.test_command, [*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS], parser, exists)
+    if isinstance(chosen, str):
+        return None, f"not inserted: {chosen}"
+    target = f"{TESTBED}/{chosen.file}"
+    text = await sandbox.read_file(target)
+    await sandbox.write_file(target, text + chosen.source().encode())
+    return chosen, ""
 
 
 async def grade(
@@ -361,37 +545,50 @@ async def grade(
 ) -> GradeReport:
     """Grade `patch` in a fresh sandbox: the repo at base_commit (uploaded from `workspace`, or the
     image's own when None), the patch without test changes, then the row's own eval script (which resets
-    the test files and applies the hidden test patch)."""
+    the test files and applies the hidden test patch), with canary tests added to a listed test file."""
     started = time.monotonic()
-    nonce = secrets.token_hex(8)
-    kept, dropped = filter_patch(patch)
-    script = adapt_eval_script(
-        instance.eval_script, nonce=nonce, activation=runtime.activation, skip_install=runtime.skip_install
+    steps = adapt_eval_script(
+        instance.eval_script, activation=runtime.activation, skip_install=runtime.skip_install
     )
+    parser = parser_name(instance.repo, instance.log_parser)
+    canaries: Canaries | None = None
+    note, output, exit_code, dropped = "", "", None, []
+    log = ""
     async with await runtime.open() as sandbox:
-        if workspace is None:
-            await check_image_repo(sandbox, instance.base_commit)
-        else:
-            await load_workspace(sandbox, workspace)
-        problem = await _apply(sandbox, kept)
-        log = ""
+        await _pristine_repo(sandbox, instance, workspace)
+        filtered, problem = await _checked_patch(sandbox, runtime, patch)
+        if filtered is not None:
+            dropped = list(filtered.dropped)
+        if problem is None and filtered is not None:
+            problem = await _apply(sandbox, filtered.kept)
         if problem is None:
-            await sandbox.write_file("/tmp/envhub-eval.sh", script)
-            # stdout and stderr merged in order: with `set -x` the markers go to stderr.
-            result = await sandbox.exec(["/bin/bash", "-c", "exec 2>&1; bash /tmp/envhub-eval.sh"])
-            log = result.stdout
-            if result.timed_out:
+            await sandbox.write_file("/tmp/envhub-eval-setup.sh", steps.setup)
+            # stdout and stderr merged in order: with `set -x` the trace goes to stderr.
+            setup = await sandbox.exec(["/bin/bash", "-c", "exec 2>&1; bash /tmp/envhub-eval-setup.sh"])
+            log = setup.stdout
+            canaries, note = await _add_canaries(sandbox, instance, steps, parser)
+            command = steps.test_command if canaries is None else command_with(steps.test_command, canaries)
+            test = await sandbox.exec(["/bin/bash", "-c", "exec 2>&1; " + steps.test_script(command)])
+            output = test.stdout
+            log += f"+ : '{START}'\n{output}\n+ : '{END}'\n"
+            if test.timed_out:
                 problem = f"the evaluation timed out after {runtime.timeout_s:g} s"
-            elif result.oom_killed:
+            elif test.oom_killed:
                 problem = "the evaluation ran out of memory"
+            else:
+                exit_code = test.exit_code
     if on_log is not None:
         on_log(log)
     return grade_log(
         instance,
-        log,
-        nonce=nonce,
+        output,
+        exit_code=exit_code,
+        canaries=canaries,
         problem=problem,
+        canary=note,
         dropped_files=dropped,
+        patch=patch,
         runtime=runtime.kind,
         duration_s=round(time.monotonic() - started, 3),
+        log=log[-20_000:],
     )

@@ -20,6 +20,16 @@ class Validation(BaseModel):
     gold_summary: str
     empty_summary: str
     duration_s: float
+    gold_canary: str = ""
+    empty_canary: str = ""
+
+    @property
+    def canary(self) -> str:
+        """The canaries of both runs: `passed`, `void: canary` when either run was tampered with, or why none ran."""
+        outcomes = {self.gold_canary, self.empty_canary}
+        if "void" in outcomes:
+            return "void: canary"
+        return self.gold_canary if len(outcomes) == 1 else f"{self.gold_canary} / {self.empty_canary}"
 
     @property
     def ok(self) -> bool:
@@ -59,6 +69,8 @@ async def validate(
                 gold_summary=gold.summary(),
                 empty_summary=empty.summary(),
                 duration_s=round(gold.duration_s + empty.duration_s, 2),
+                gold_canary=gold.canary,
+                empty_canary=empty.canary,
             )
             if on_done is not None:
                 on_done(result)

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from envhub_swe.canaries import Canaries
 from envhub_swe.data import load_lite, load_mini
-from envhub_swe.evaluation import EXIT, adapt_eval_script, cut_test_output, filter_patch, grade_log
+from envhub_swe.evaluation import adapt_eval_script, cut_test_output, grade_log
+from envhub_swe.patches import filter_patch
 from test_swe_data import LITE, needs_lite
 
 
@@ -11,27 +13,28 @@ from test_swe_data import LITE, needs_lite
 def test_every_real_eval_script_adapts_with_only_the_runtime_changed() -> None:
     rows = load_lite("test", LITE) + load_lite("dev", LITE)
     for row in rows:
-        script = adapt_eval_script(
-            row.eval_script,
-            nonce="n0",
-            activation=". /venv/bin/activate",
-            testbed="/work/repo",
-            skip_install=True,
+        steps = adapt_eval_script(
+            row.eval_script, activation=". /venv/bin/activate", testbed="/work/repo", skip_install=True
         )
+        script = steps.setup + steps.test_script()
         assert "conda activate" not in script and "/opt/miniconda3" not in script
-        assert "pip install" not in script.split("EOF_114329324912")[0]
-        assert script.count(". /venv/bin/activate") == 1
-        assert "cd /work/repo" in script and "cd /testbed" not in script
-        assert f"echo \"{EXIT} n0: $?\"\n: '>>>>> End Test Output'" in script
+        assert "pip install" not in steps.setup.split("EOF_114329324912")[0]
+        assert steps.setup.count(". /venv/bin/activate") == 1
+        assert "cd /work/repo" in steps.setup and "cd /testbed" not in script
+        assert ". /venv/bin/activate" in steps.shell_state and "cd /work/repo" in steps.shell_state
+        assert steps.test_command in row.eval_script and ">>>>>" not in steps.test_command
         patch_text = row.eval_script.split("<<'EOF_114329324912'\n")[1].split("\nEOF_114329324912")[0]
-        assert patch_text in script  # the test patch is never rewritten
+        assert patch_text in steps.setup  # the test patch is never rewritten
+        assert "git apply" not in steps.test_script()  # the test run only runs the tests
 
 
 @needs_lite
-def test_official_images_keep_their_activation_and_install() -> None:
-    row = load_lite("test", LITE)[0]
-    script = adapt_eval_script(row.eval_script, nonce="n0")
-    assert "conda activate testbed" in script and "python -m pip install" in script
+def test_the_test_run_keeps_the_setups_shell_state() -> None:
+    """django's rows export a locale before the tests; the separate test command must see it too."""
+    row = next(r for r in load_lite("test", LITE) if "export LANG" in r.eval_script)
+    steps = adapt_eval_script(row.eval_script)
+    assert "export LANG=en_US.UTF-8" in steps.shell_state and "set -uxo pipefail" in steps.shell_state
+    assert "conda activate testbed" in steps.shell_state and "python -m pip install" in steps.setup
 
 
 def test_cut_at_markers_after_merging_set_x_stderr() -> None:
@@ -40,78 +43,97 @@ def test_cut_at_markers_after_merging_set_x_stderr() -> None:
     assert cut_test_output("no markers here") is None
 
 
+def _hunk(path: str) -> str:
+    return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-a\n+b\n"
+
+
 def test_patch_filter_drops_tests_and_test_configuration() -> None:
-    patch = "".join(
-        f"diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n@@ -1 +1 @@\n-a\n+b\n"
-        for p in (
-            "pkg/core.py",
-            "tests/test_core.py",
-            "conftest.py",
-            "pkg/conftest.py",
-            "sitecustomize.py",
-            "setup.cfg",
-        )
-    )
-    kept, dropped = filter_patch(patch)
-    assert dropped == [
+    paths = (
+        "pkg/core.py",
         "tests/test_core.py",
         "conftest.py",
         "pkg/conftest.py",
         "sitecustomize.py",
         "setup.cfg",
-    ]
-    assert "pkg/core.py" in kept and "conftest" not in kept
+    )
+    filtered = filter_patch("".join(_hunk(p) for p in paths))
+    assert list(filtered.dropped) == list(paths[1:])
+    assert filtered.kept == _hunk("pkg/core.py") and filtered.kept_paths == ("pkg/core.py",)
 
 
 @needs_lite
 def test_no_gold_patch_of_lite_touches_a_dropped_path() -> None:
     for row in load_lite("test", LITE) + load_lite("dev", LITE):
-        assert filter_patch(row.patch) == (row.patch, [])
-
-
-def _log(body: str, code: int) -> str:
-    return f"+ : '>>>>> Start Test Output'\n{body}\n{EXIT} n1: {code}\n+ : '>>>>> End Test Output'\n"
+        filtered = filter_patch(row.patch)
+        assert (filtered.kept, filtered.dropped) == (row.patch, {})
 
 
 ROW = load_mini()[0]  # mini__textkit-1, pytest style
 F2P, P2P = ROW.FAIL_TO_PASS, ROW.PASS_TO_PASS
+CANARIES = Canaries(
+    file="tests/test_text.py",
+    class_name="TestAbc",
+    must_pass="test_aa_keeps",
+    must_fail="test_bb_breaks",
+    functions=False,
+)
+CANARY_LINES = "PASSED tests/test_text.py::TestAbc::test_aa_keeps\nFAILED tests/test_text.py::TestAbc::test_bb_breaks - AssertionError\n"
 ALL_PASS = (
     "=== short test summary info ===\n"
     + "".join(f"PASSED {t}\n" for t in F2P + P2P)
-    + "=== 6 passed in 0.1s ==="
+    + CANARY_LINES
+    + "=== 1 failed, 7 passed in 0.1s ==="
 )
 
 
 def test_resolved_needs_every_listed_test_and_records_fractions() -> None:
-    report = grade_log(ROW, _log(ALL_PASS, 0), nonce="n1")
+    report = grade_log(ROW, ALL_PASS, exit_code=1, canaries=CANARIES)
     assert report.resolved and report.fail_to_pass.fraction == 1.0 and report.problem is None
-    partial = ALL_PASS.replace(f"PASSED {P2P[0]}", f"FAILED {P2P[0]} - boom").replace(
-        "6 passed", "1 failed, 5 passed"
-    )
-    report = grade_log(ROW, _log(partial, 1), nonce="n1")
+    assert report.canary == "passed"
+    partial = ALL_PASS.replace(f"PASSED {P2P[0]}", f"FAILED {P2P[0]} - boom")
+    report = grade_log(ROW, partial, exit_code=1, canaries=CANARIES)
     assert not report.resolved and report.pass_to_pass.failed == [P2P[0]]
     assert report.pass_to_pass.fraction == pytest.approx(4 / 5)
 
 
 def test_a_listed_test_absent_from_the_log_is_missing_not_failed() -> None:
     skipped = ALL_PASS.replace(f"PASSED {F2P[0]}\n", "SKIPPED [1] tests/test_text.py:22: no numpy\n")
-    report = grade_log(ROW, _log(skipped, 0), nonce="n1")
+    report = grade_log(ROW, skipped, exit_code=1, canaries=CANARIES)
     assert not report.resolved
     assert report.fail_to_pass.missing == [F2P[0]] and report.fail_to_pass.failed == []
     assert "missing from the log" in report.summary()
 
 
+@pytest.mark.parametrize("status", ["XPASS", "SKIPPED", "XFAIL"])
+def test_honest_logs_with_xpass_skips_and_xfail_of_other_tests_are_never_void(status: str) -> None:
+    """An unexpected pass of a test, listed or not, with the runner's exit 0, is an honest log."""
+    log = ALL_PASS.replace("=== 1 failed", f"{status} tests/test_text.py::test_other\n=== 1 failed")
+    assert grade_log(ROW, log, exit_code=1, canaries=CANARIES).resolved
+    no_canary = log.replace(CANARY_LINES, "").replace("1 failed, ", "")
+    assert grade_log(ROW, no_canary, exit_code=0).resolved
+
+
 @pytest.mark.parametrize(
-    ("log", "problem"),
+    ("log", "exit_code", "problem"),
     [
-        (_log("".join(f"PASSED {t}\n" for t in F2P + P2P), 0), "never finished"),  # no closing line
-        (_log(ALL_PASS, 2), "exited 2"),  # pytest interrupted: collection errors
-        (_log(ALL_PASS + f"\nFAILED {F2P[0]}", 0), "exited 0 but the log reports failures"),
-        (_log(ALL_PASS, 0).replace("n1: 0", "other: 0"), "exit status is missing"),  # wrong nonce
-        (ALL_PASS, "no test output"),
+        ("".join(f"PASSED {t}\n" for t in F2P + P2P) + CANARY_LINES, 1, "never finished"),  # no closing line
+        (ALL_PASS, 2, "exited 2"),  # pytest interrupted: collection errors
+        (ALL_PASS, 137, "exited 137"),  # the runner was killed
+        (ALL_PASS, None, "did not run"),
+        (ALL_PASS, 0, "exited 0 but the log reports failures"),  # the must-fail canary failed: 0 is a lie
+        (
+            ALL_PASS.replace(
+                "FAILED tests/test_text.py::TestAbc::test_bb_breaks",
+                "PASSED tests/test_text.py::TestAbc::test_bb_breaks",
+            ),
+            0,
+            "must fail, was reported passed",
+        ),
+        (ALL_PASS.replace(CANARY_LINES, ""), 0, "missing from the log"),
     ],
 )
-def test_logs_that_cannot_be_trusted_score_zero(log: str, problem: str) -> None:
-    report = grade_log(ROW, log, nonce="n1")
+def test_logs_that_cannot_be_trusted_score_zero(log: str, exit_code: int | None, problem: str) -> None:
+    report = grade_log(ROW, log, exit_code=exit_code, canaries=CANARIES)
     assert not report.resolved and report.problem is not None and problem in report.problem
     assert report.fail_to_pass.passed == [] and report.pass_to_pass.passed == []
+    assert report.canary == ("void" if "canary" in report.problem else "")
