@@ -47,6 +47,20 @@ def same(a: object, b: object) -> bool:
     return bool(a == b)
 
 
+def judge(check: str, value: object, checks: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate a test's check over a value rebuilt from plain builtins: whether it passed, and why not.
+
+    `checks` holds the tests' prelude; `same` and `math` are always there. Importable on the host, so
+    a sweep of our own trusted answers can be judged exactly as the grader judges them.
+    """
+    namespace = {"__builtins__": builtins, "same": same, "math": math, **checks, "result": value}
+    try:
+        ok = bool(eval(check, namespace))
+    except Exception as exc:
+        return {"passed": False, "error": f"check raised {type(exc).__name__}: {str(exc)[:200]}"}
+    return {"passed": ok, "error": None if ok else f"got {repr(value)[:300]}"}
+
+
 def kill_others() -> None:
     """SIGKILL every process in this pid namespace but its init and this grader: the solution's."""
     me = os.getpid()
@@ -182,20 +196,17 @@ def main() -> None:
     def left(timeout: float) -> float:
         return max(0.0, min(timeout, end - time.monotonic()))
 
-    def judge(test: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
+    def verdict(test: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
+        """The test's result from the solution's answer; `answered` tells it from a crash or timeout."""
         if message.get("ok") is not True:
-            return {"passed": False, "error": str(message.get("error", "failed"))[:2000]}
+            return {"passed": False, "error": str(message.get("error", "failed"))[:2000], "answered": True}
         if test["mode"] == "statement":
-            return {"passed": True, "error": None}
+            return {"passed": True, "error": None, "answered": True}
         try:
             value = decode(message["value"])
         except Exception:
-            return {"passed": False, "error": "the solution's value could not be read"}
-        try:
-            ok = bool(eval(test["check"], {**checks, "result": value}))
-        except Exception as exc:
-            return {"passed": False, "error": f"check raised {type(exc).__name__}: {str(exc)[:200]}"}
-        return {"passed": ok, "error": None if ok else f"got {repr(value)[:300]}"}
+            return {"passed": False, "error": "the solution's value could not be read", "answered": True}
+        return {**judge(test["check"], value, checks), "answered": True}
 
     while pending:
         if end - time.monotonic() <= 0:
@@ -232,7 +243,7 @@ def main() -> None:
                 reason = why(message, child, tests[i]["timeout"]) if isinstance(message, str) else ""
                 results[i] = {"passed": False, "error": reason or "answered out of order"}
                 break  # a fresh process for the tests left
-            results[i] = judge(tests[i], message)
+            results[i] = verdict(tests[i], message)
         child.stop()
     kill_others()
     emit({"event": "done", "children": children, "results": results})

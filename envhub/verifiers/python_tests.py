@@ -14,6 +14,10 @@ The design, and what each part stops (`docs/rewards.md` has the full list):
   never sees; printed "passed" lines, results files and exit codes of the solution count for nothing.
 - Every test must be answered: a solution that exits, hangs, or kills the grader fails the tests it did
   not answer; a report that is unsigned, incomplete or from a failed run scores 0 across the board.
+- Canary tests, fresh for every grade, hide among the real ones: one that must fail and one that must
+  pass for each kind of test. A runner tampered with into passing everything passes the must-fail one
+  too, and the grade is void; results of statement tests, which run beside the solution, never count
+  as passes (`trusted=False`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import hmac
 import json
 import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -89,9 +95,15 @@ class TestResult(BaseModel):
 
     name: str
     passed: bool
+    """What the test reported. For an untrusted test this is a claim, and counts as not passed."""
     error: str | None = None
     trusted: bool = True
     """False for statement tests, whose verdict came from beside the solution."""
+
+    @property
+    def counts(self) -> bool:
+        """Whether this result counts as a pass toward a grade: passed, and judged by the grader."""
+        return self.passed and self.trusted
 
 
 class GradeEvidence(BaseModel):
@@ -109,6 +121,8 @@ class GradeEvidence(BaseModel):
     """The grader made itself non-dumpable (its memory and fds closed to the solution's uid)."""
     solution_processes: int
     """Child processes started for the solution (1 + one per test that crashed or hung it)."""
+    canaries: int = 0
+    """Canary tests run beside the real ones (not in `tests_expected` or the results)."""
     problem: str | None = None
     """Why the grade is void (scored 0), if it is."""
     duration_s: float
@@ -120,16 +134,21 @@ class GradeReport(BaseModel):
 
     results: list[TestResult]
     passed_fraction: float
+    """Tests passed and judged by the grader, over all tests; an untrusted pass counts as a failure."""
     all_passed: bool
+    """Every test passed and was judged by the grader (so never, when there are statement tests)."""
     valid: bool
-    """The grader ran every test and signed a complete report; otherwise every test counts as failed."""
+    """The grader ran every test and signed a complete report, and every canary behaved; otherwise
+    every test counts as failed."""
     evidence: GradeEvidence
     isolation: IsolationReport | None = None
+    untrusted_passed: int = 0
+    """Statement tests that reported a pass: shown, never counted (0 when the grade is void)."""
 
     def fraction(self, names: set[str]) -> float:
-        """The passed fraction over a subset of the tests (e.g. the public ones)."""
+        """The passed fraction over a subset of the tests (e.g. the public ones); untrusted passes fail."""
         chosen = [r for r in self.results if r.name in names]
-        return sum(r.passed for r in chosen) / len(chosen) if chosen and self.valid else 0.0
+        return sum(r.counts for r in chosen) / len(chosen) if chosen and self.valid else 0.0
 
 
 async def grade_python(
@@ -164,6 +183,7 @@ async def grade_python(
             f"({policy.wall_time_s:g} s); lower it or raise the policy's wall_time_s"
         )
     nonce = secrets.token_bytes(32)
+    graded = _mix_in_canaries(tests)
     payload = {
         "nonce": nonce.hex(),
         "workdir": policy.workdir,
@@ -174,12 +194,12 @@ async def grade_python(
         "time_limit": time_limit_s,
         "tests": [
             {
-                "probe": t.probe,
-                "check": t.check,
-                "mode": "statement" if t.check is None else "probe",
-                "timeout": t.timeout_s,
+                "probe": g.test.probe,
+                "check": g.test.check,
+                "mode": "statement" if g.test.check is None else "probe",
+                "timeout": g.test.timeout_s,
             }
-            for t in tests
+            for g in graded
         ],
     }
     started = time.perf_counter()
@@ -215,32 +235,38 @@ async def grade_python(
         problem = f"the grader was stopped before it reported (exit {run.exit_code})"
     elif run.exit_code != 0:
         problem = f"the grader exited with status {run.exit_code}"
-    elif len(reported) != len(tests) or not all(isinstance(r, dict) for r in reported):
-        problem = f"the grader reported {len(reported)} results for {len(tests)} tests"
+    elif len(reported) != len(graded) or not all(isinstance(r, dict) for r in reported):
+        problem = f"the grader reported {len(reported)} results for {len(graded)} tests"
+    else:
+        problem = _canary_problem(graded, reported)
+    entries = reported if problem is None and isinstance(reported, list) else [None] * len(graded)
     results: list[TestResult] = []
-    for i, test in enumerate(tests):
-        entry = reported[i] if problem is None and isinstance(reported, list) else None
+    for g, entry in zip(graded, entries, strict=True):
+        if g.role != "test":
+            continue
         if entry is None:
-            results.append(TestResult(name=test.name, passed=False, error=problem or "not run"))
+            results.append(TestResult(name=g.test.name, passed=False, error=problem or "not run"))
         else:
             results.append(
                 TestResult(
-                    name=test.name,
+                    name=g.test.name,
                     passed=entry.get("passed") is True,
                     error=entry.get("error"),
-                    trusted=test.check is not None,
+                    trusted=g.test.check is not None,
                 )
             )
+    results.sort(key=lambda r: names.index(r.name))  # the caller's order, not the shuffled one
     valid = problem is None
-    passed = sum(r.passed for r in results) if valid else 0
+    passed = sum(r.counts for r in results) if valid else 0
     evidence = GradeEvidence(
         exit_code=run.exit_code,
         timed_out=run.timed_out,
         tests_expected=len(tests),
-        tests_reported=len(reported) if isinstance(reported, list) else 0,
+        tests_reported=sum(1 for g, e in zip(graded, entries, strict=True) if g.role == "test" and e),
         signature_ok=not forged,
         grader_private=bool(start.get("private")),
         solution_processes=int(str(done.get("children", 0))) if done else 0,
+        canaries=len(graded) - len(tests),
         problem=problem,
         duration_s=duration,
     )
@@ -251,7 +277,72 @@ async def grade_python(
         valid=valid,
         evidence=evidence,
         isolation=isolation,
+        untrusted_passed=sum(r.passed and not r.trusted for r in results) if valid else 0,
     )
+
+
+@dataclass(frozen=True)
+class _Graded:
+    """A test as sent to the grader: a real one, or a canary that must pass or must fail."""
+
+    test: HiddenTest
+    role: Literal["test", "must-pass", "must-fail"]
+
+
+def _mix_in_canaries(tests: list[HiddenTest]) -> list[_Graded]:
+    """The tests with canaries shuffled in, fresh for this grade, so the solution cannot predict them.
+
+    For each kind of test present (probe/check; statement) one canary must fail and one must pass, sent
+    by the same mechanism as the real tests. A must-fail canary repeats a real test's probe or
+    statement, so the solution's process sees nothing new; only the grader's side makes it fail (a
+    check that is never true; a false assertion after the statement). A must-pass canary is a
+    computation on literals, whose right answer depends on nothing the solution wrote. Their names come
+    from `secrets` and never leave the host.
+    """
+    rng = secrets.SystemRandom()
+    probes = [t for t in tests if t.check is not None]
+    statements = [t for t in tests if t.check is None]
+    graded = [_Graded(t, "test") for t in tests] + _probe_canaries(probes, rng)
+    if statements:  # with no statement runner to tamper with, a lone statement canary would stand out
+        graded += _statement_canaries(statements, rng)
+    rng.shuffle(graded)
+    return graded
+
+
+def _probe_canaries(real: list[HiddenTest], rng: secrets.SystemRandom) -> list[_Graded]:
+    a, b = rng.randrange(2, 10**9), rng.randrange(2, 10**9)
+    base = rng.choice(real) if real else HiddenTest(name="", probe=f"{a} - {b}", check=None)
+    fail = HiddenTest(name=secrets.token_hex(8), probe=base.probe, check="False", timeout_s=base.timeout_s)
+    ok = HiddenTest(name=secrets.token_hex(8), probe=f"{a} * {b}", check=f"same(result, {a * b})")
+    return [_Graded(fail, "must-fail"), _Graded(ok, "must-pass")]
+
+
+def _statement_canaries(real: list[HiddenTest], rng: secrets.SystemRandom) -> list[_Graded]:
+    a, b = rng.randrange(2, 10**9), rng.randrange(2, 10**9)
+    base = rng.choice(real)
+    false = f"assert {a} * {b} == {a * b + rng.randrange(1, 10**6)}"
+    fail = HiddenTest(
+        name=secrets.token_hex(8), probe=f"{base.probe}\n{false}", check=None, timeout_s=base.timeout_s
+    )
+    ok = HiddenTest(name=secrets.token_hex(8), probe=f"assert {a} * {b} == {a * b}", check=None)
+    return [_Graded(fail, "must-fail"), _Graded(ok, "must-pass")]
+
+
+def _canary_problem(graded: list[_Graded], reported: list[dict[str, object]]) -> str | None:
+    """Why the canaries void the grade: a must-fail one passed, or a must-pass one was answered wrong.
+
+    A must-pass canary the solution never answered (it crashed, hung, or ran out the suite's time)
+    voids nothing: the solution's own tests fail for the same reason.
+    """
+    for g, entry in zip(graded, reported, strict=True):
+        if g.role == "must-fail" and entry.get("passed") is not False:
+            return "a canary test that must fail was reported as passed: the test runner was tampered with"
+        if g.role == "must-pass" and entry.get("passed") is not True and entry.get("answered") is True:
+            return (
+                "a canary test that must pass got a wrong answer: the solution's process does not "
+                f"evaluate tests honestly ({str(entry.get('error'))[:200]})"
+            )
+    return None
 
 
 def _signed_records(stdout: str, key: bytes) -> tuple[list[dict[str, object]], bool]:
