@@ -3,6 +3,10 @@
 Both are graded the same way: the submitted code against the task's hidden tests, in a fresh sandbox,
 by `envhub.verifiers.grade_python` (see `docs/rewards.md`). The reference solution and the hidden tests
 stay on the host; the agent's own sandbox (the REPL's) is closed before grading starts.
+
+The reward is binary, `all_passed`: passing some of the tests is not solving the task, and a fraction
+rewards answers that are right on easy inputs only. `partial_credit=True` makes `passed_fraction` the
+reward instead (and `all_passed` a weight-0 record).
 """
 
 from __future__ import annotations
@@ -61,7 +65,16 @@ def _load_file(source: str, path: str, mtime_ns: int) -> tuple[CodeTask, ...]:
 
 
 class CodeTaskEnv:
-    """What both code environments share: choosing the task, grading once, and the reward components."""
+    """What both code environments share: choosing the task, grading once, and the reward components.
+
+    Reward weights belong to a class, so `partial_credit=True` builds the environment as its
+    partial-credit twin (`_PartialCredit` mixed in), whose weights make `passed_fraction` the reward.
+    """
+
+    def __new__(cls, *args: Any, partial_credit: bool = False, **kwargs: Any) -> Any:
+        if partial_credit and not issubclass(cls, _PartialCredit):
+            cls = _PARTIAL_CREDIT[cls.__name__]
+        return super().__new__(cls)
 
     tasks: tuple[CodeTask, ...]
     task: CodeTask
@@ -120,16 +133,19 @@ class CodeTaskEnv:
         return self._grade
 
     @envhub.reward
-    async def passed_fraction(self, answer: str) -> float:
-        """The fraction of hidden tests passed: the reward."""
-        grade = await self.graded(answer)
-        return grade.fraction({t.name for t in self.task.hidden_tests}) if grade else 0.0
-
-    @envhub.reward(weight=0.0)
     async def all_passed(self, answer: str) -> float:
-        """Recorded: 1 when every hidden test passed."""
+        """The reward: 1 when every hidden test passed on a valid grade, canaries included; else 0.
+
+        A statement test's pass is the solution's own claim, so it counts as a failure here.
+        """
         grade = await self.graded(answer)
         return float(grade is not None and grade.fraction({t.name for t in self.task.hidden_tests}) == 1.0)
+
+    @envhub.reward(weight=0.0)
+    async def passed_fraction(self, answer: str) -> float:
+        """Recorded (the reward with `partial_credit=True`): the fraction of hidden tests passed."""
+        grade = await self.graded(answer)
+        return grade.fraction({t.name for t in self.task.hidden_tests}) if grade else 0.0
 
     @envhub.reward(weight=0.0)
     async def public_passed(self, answer: str) -> float:
@@ -144,16 +160,31 @@ class CodeTaskEnv:
         return float(grade is not None and grade.valid)
 
 
+class _PartialCredit(CodeTaskEnv):
+    """The weights of `partial_credit=True`: the fraction of hidden tests is the reward."""
+
+    @envhub.reward(weight=0.0)
+    async def all_passed(self, answer: str) -> float:
+        """Recorded: 1 when every hidden test passed on a valid grade."""
+        return await super().all_passed(answer)
+
+    @envhub.reward
+    async def passed_fraction(self, answer: str) -> float:
+        """The reward: the fraction of hidden tests passed (0 on a void grade)."""
+        return await super().passed_fraction(answer)
+
+
 def _all_tests(task: CodeTask) -> list[HiddenTest]:
     hidden = {t.name for t in task.hidden_tests}
     return list(task.hidden_tests) + [t for t in task.public_tests if t.name not in hidden]
 
 
 class CodeSingle(CodeTaskEnv, envhub.SingleTurnEnv):
-    """Write a Python function in one reply; scored by the fraction of hidden tests it passes.
+    """Write a Python function in one reply; scored 1 if it passes every hidden test, else 0.
 
     Options: `source` ("builtin", "humaneval", "mbpp"), `path` (the file, for the last two), `split`
-    ("all", "train", "test"; built-in only), `task` (one task id), `backend` (the grading sandbox).
+    ("all", "train", "test"; built-in only), `task` (one task id), `backend` (the grading sandbox),
+    `partial_credit` (reward the fraction of hidden tests passed rather than 1 for passing them all).
     """
 
     system_prompt = "You are an expert Python programmer. Answer with code only, in one ```python block."
@@ -167,7 +198,9 @@ class CodeSingle(CodeTaskEnv, envhub.SingleTurnEnv):
         task: str | None = None,
         backend: Backend = "local",
         max_turns: int | None = None,
+        partial_credit: bool = False,
     ) -> None:
+        del partial_credit  # it chose this object's class, in CodeTaskEnv.__new__
         super().__init__(max_turns=max_turns)
         self._init_tasks(source, path, split, task, backend)
 
@@ -203,7 +236,9 @@ class CodeRepl(CodeTaskEnv, envhub.ToolEnv):
         task: str | None = None,
         backend: Backend = "local",
         max_turns: int | None = None,
+        partial_credit: bool = False,
     ) -> None:
+        del partial_credit  # it chose this object's class, in CodeTaskEnv.__new__
         super().__init__(max_turns=max_turns if max_turns is not None else 12)
         self._init_tasks(source, path, split, task, backend)
         self.submitted: str | None = None
@@ -287,3 +322,17 @@ class CodeRepl(CodeTaskEnv, envhub.ToolEnv):
 
     async def close(self) -> None:
         await self._close_session()
+
+
+class _PartialCreditSingle(_PartialCredit, CodeSingle):
+    pass
+
+
+class _PartialCreditRepl(_PartialCredit, CodeRepl):
+    pass
+
+
+_PARTIAL_CREDIT: dict[str, type[CodeTaskEnv]] = {
+    "CodeSingle": _PartialCreditSingle,
+    "CodeRepl": _PartialCreditRepl,
+}

@@ -3,14 +3,19 @@
 Their tests are assertions (`assert candidate(2, 3) == 5`). Each top-level assertion is split into a
 probe (every call of the solution in it: `candidate(2, 3)`) and a check (the assertion with those calls
 replaced by `result`), so the solution never sees what it is compared with and the comparison runs in
-the grader. Assertions that cannot be split (inside a loop, or using the solution other than by calling
-it) become statement tests, run beside the solution with type-strict `==`.
+the grader. A loop over literal values (`for n in range(4): assert ...`) is unrolled first.
+
+A test that still cannot be split (a loop over computed data, the solution's results kept in
+variables) could only run beside the solution, as a statement test whose pass the solution could forge;
+such a pass never counts toward a reward. A task with one such test is therefore left out, with a
+warning naming it: its reward could never be trusted, nor its reference score 1.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +24,8 @@ from envhub_code.tasks import CodeTask
 
 PUBLIC_FROM_TESTS = 1
 """Assertions shown to the agent as examples: the first one of each task."""
+MAX_UNROLLED = 1000
+"""A literal loop with more iterations than this stays a loop (and its task is left out)."""
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
@@ -62,7 +69,7 @@ def load_humaneval(path: str | Path) -> list[CodeTask]:
                 source=f"humaneval:{Path(path).name}",
             )
         )
-    return tasks
+    return _trusted_only(tasks, path)
 
 
 def load_mbpp(path: str | Path) -> list[CodeTask]:
@@ -93,7 +100,20 @@ def load_mbpp(path: str | Path) -> list[CodeTask]:
                 source=f"mbpp:{Path(path).name}",
             )
         )
-    return tasks
+    return _trusted_only(tasks, path)
+
+
+def _trusted_only(tasks: list[CodeTask], path: str | Path) -> list[CodeTask]:
+    """The tasks every test of which the grader judges itself; warns about the others, left out."""
+    kept = [t for t in tasks if all(test.check is not None for test in t.hidden_tests)]
+    left_out = [t.id for t in tasks if t not in kept]
+    if left_out:
+        warnings.warn(
+            f"{path}: left out {len(left_out)} task(s) whose tests could not be split into probe and "
+            f"check (they would run beside the solution, which could forge them): {', '.join(left_out)}",
+            stacklevel=3,
+        )
+    return kept
 
 
 def _humaneval_tests(test_module: str, entry: str) -> tuple[str, list[HiddenTest]]:
@@ -121,7 +141,9 @@ def _assertion_tests(
 ) -> list[HiddenTest]:
     rename = rename or {}
     tests = []
-    for i, text in enumerate(statements):
+    unrolled = [t for statement in statements for t in _unrolled(statement)]
+    testing = [t for t in unrolled if _uses(ast.parse(t), solution_names)]  # `assert True` tests nothing
+    for i, text in enumerate(testing):
         body = ast.parse(text).body
         name = f"test-{i}"
         split = (
@@ -136,6 +158,58 @@ def _assertion_tests(
         probe = calls[0] if len(calls) == 1 else f"({', '.join(calls)},)"
         tests.append(HiddenTest(name=name, probe=probe, check=check, source=text))
     return tests
+
+
+def _unrolled(statement: str) -> list[str]:
+    """`for x in <literal values>: <assertions>` as one assertion per value; anything else unchanged.
+
+    Only literals (and `range` of literals) are unrolled: the loader runs no test code on the host.
+    """
+    body = ast.parse(statement).body
+    loop = body[0] if len(body) == 1 else None
+    if not isinstance(loop, ast.For) or loop.orelse or not all(isinstance(n, ast.Assert) for n in loop.body):
+        return [statement]
+    values = _literal_values(loop.iter)
+    targets = [loop.target] if isinstance(loop.target, ast.Name) else getattr(loop.target, "elts", None)
+    if values is None or not targets or not all(isinstance(t, ast.Name) for t in targets):
+        return [statement]
+    unrolled = []
+    for value in values:
+        items = (value,) if isinstance(loop.target, ast.Name) else value
+        if not isinstance(items, tuple | list) or len(items) != len(targets):
+            return [statement]
+        bound = {t.id: v for t, v in zip(targets, items, strict=True) if isinstance(t, ast.Name)}
+        for node in loop.body:
+            unrolled.append(ast.unparse(_Bind(bound).visit(ast.parse(ast.unparse(node)).body[0])))
+    return unrolled
+
+
+def _literal_values(node: ast.expr) -> list[object] | None:
+    """The values of a literal iterable or of `range(<int literals>)`; None for anything computed."""
+    try:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range":
+            if node.keywords:
+                return None
+            value: object = range(*(int(ast.literal_eval(a)) for a in node.args))
+        else:
+            value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError):
+        return None
+    if isinstance(value, range | list | tuple | set | frozenset | str) and len(value) <= MAX_UNROLLED:
+        return list(value)
+    return None
+
+
+class _Bind(ast.NodeTransformer):
+    """Replace the loop's variables by the literal values of one iteration."""
+
+    def __init__(self, values: dict[str, object]) -> None:
+        self.values = values
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        if node.id in self.values and isinstance(node.ctx, ast.Load):
+            return ast.parse(repr(self.values[node.id]), mode="eval").body
+        return node
 
 
 def _uses(node: ast.AST, names: set[str]) -> bool:

@@ -87,9 +87,11 @@ def test_humaneval_tests_are_split_into_probes_and_checks(tmp_path: Path, suffix
     assert "METADATA" in add.prelude
     assert add.public_tests == add.hidden_tests[:1]
     assert "def add(a: float, b: float)" in add.statement and add.reference.endswith("return a + b\n")
-    assert double.hidden_tests[1].check is None  # the loop runs beside the solution: a statement test
-    assert double.hidden_tests[1].probe.startswith("candidate = double_all\nfor n in range(4):")
-    assert double.hidden_tests[2].check == "result == [2, 4] and math.isfinite(1.0)"
+    # The loop over range(4) is unrolled: four probe/check tests, none left to run beside the solution.
+    assert [(t.probe, t.check) for t in double.hidden_tests[1:5]] == [
+        (f"double_all([{n}])", f"result == [2 * {n}]") for n in range(4)
+    ]
+    assert double.hidden_tests[5].check == "result == [2, 4] and math.isfinite(1.0)"
     assert double.prelude == "import math"
 
 
@@ -126,12 +128,15 @@ async def test_oracle_scores_one_on_loaded_tasks(
 
 
 async def test_loaded_tasks_grade_wrong_solutions_exactly(tmp_path: Path) -> None:
-    env = CodeSingle(source="humaneval", path=str(_write(HUMANEVAL, tmp_path / "he.jsonl")))
+    path = str(_write(HUMANEVAL, tmp_path / "he.jsonl"))
+    env = CodeSingle(source="humaneval", path=path, partial_credit=True)
     reward, components = await _play(env, "Toy/0", "def add(a, b):\n    return int(a + b)\n")
     assert reward == pytest.approx(2 / 3)  # 0.75 comes back as 0
     assert components["public_passed"] == 1.0 and components["all_passed"] == 0.0
     reward, _ = await _play(env, "Toy/1", "def double_all(xs):\n    return [2 * x for x in xs][:1]\n")
-    assert reward == pytest.approx(2 / 3)  # the loop over 1-element lists still passes
+    assert reward == pytest.approx(5 / 6)  # the unrolled loop over 1-element lists still passes
+    binary = CodeSingle(source="humaneval", path=path)
+    assert (await _play(binary, "Toy/0", "def add(a, b):\n    return int(a + b)\n"))[0] == 0.0
     mbpp = CodeSingle(source="mbpp", path=str(_write(MBPP, tmp_path / "mbpp.jsonl")))
     reward, _ = await _play(mbpp, "mbpp-2", "def hyp(a, b):\n    return (a * a + b * b) ** 0.5 + 1e-3\n")
     assert reward == 0.0

@@ -7,6 +7,7 @@ The task is `sum-multiples-00` (sum the even numbers); no solution below solves 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 from pathlib import Path
@@ -318,3 +319,125 @@ async def test_a_background_process_does_not_outlive_the_repl_episode() -> None:
     assert result.terminated and result.reward == 0.0
     await asyncio.sleep(0.2)
     assert _host_processes_with(marker) == []
+
+
+# Statement tests run beside the solution: a solution can rewrite the runner that executes them.
+RUNNER_PATCHES = {
+    "no-op-statements": (
+        "import __main__\n__main__.strict_statements = lambda source: compile('pass', '<test>', 'exec')\n"
+    ),
+    "forged-reports": (
+        "import json\n"
+        "_dumps = json.dumps\n"
+        "def _forge(message, *args, **kwargs):\n"
+        "    if isinstance(message, dict) and message.get('ok') is False:\n"
+        "        message = {'i': message.get('i'), 'ok': True}\n"
+        "    return _dumps(message, *args, **kwargs)\n"
+        "json.dumps = _forge\n"
+    ),
+}
+
+
+def _humaneval_row(task_id: str, check_body: str) -> dict[str, str]:
+    return {
+        "task_id": task_id,
+        "prompt": 'def double_all(xs: list) -> list:\n    """Double every element."""\n',
+        "canonical_solution": "    return [2 * x for x in xs]\n",
+        "test": f"import random\n\n\ndef check(candidate):\n{check_body}",
+        "entry_point": "double_all",
+    }
+
+
+LITERAL_LOOP = _humaneval_row(
+    "Hack/0",
+    "    assert candidate([]) == []\n    for n in range(1, 4):\n        assert candidate([n]) == [2 * n]\n",
+)
+COMPUTED_LOOP = _humaneval_row(
+    "Hack/1",
+    "    assert candidate([]) == []\n"
+    "    rng = random.Random(7)\n"
+    "    for _ in range(20):\n"
+    "        xs = [rng.randint(-9, 9) for _ in range(rng.randint(1, 5))]\n"
+    "        assert candidate(xs) == [2 * x for x in xs]\n",
+)
+
+
+@pytest.mark.parametrize("patch", list(RUNNER_PATCHES), ids=list(RUNNER_PATCHES))
+async def test_patching_the_statement_runner_voids_the_grade(patch: str) -> None:
+    """A must-fail canary hides among the statement tests: a runner that passes everything passes it too."""
+    loop = "for n in range(1, 4):\n    assert double_all([n]) == [2 * n]"
+    tests = [HiddenTest(name=f"loop-{i}", probe=loop, check=None) for i in range(3)]
+    hack = RUNNER_PATCHES[patch] + "def double_all(xs):\n    return []\n"
+    grade = await grade_python(hack, tests)
+    assert not grade.valid and grade.passed_fraction == 0.0 and not grade.all_passed
+    assert "canary" in (grade.evidence.problem or "")
+    assert [r.name for r in grade.results] == [t.name for t in tests]  # canaries are never shown
+
+
+@pytest.mark.parametrize("patch", list(RUNNER_PATCHES), ids=list(RUNNER_PATCHES))
+async def test_patching_the_statement_runner_earns_nothing_through_the_env(
+    tmp_path: Path, patch: str
+) -> None:
+    """A HumanEval loop over literal values is unrolled into probe/check tests: nothing to forge."""
+    path = tmp_path / "he.jsonl"
+    path.write_text(json.dumps(LITERAL_LOOP) + "\n")
+    env = CodeSingle(source="humaneval", path=str(path), task="Hack/0", partial_credit=True)
+    assert all(t.check is not None for t in env.tasks[0].hidden_tests)
+    await env.reset(seed=0)
+    result = await env.step(f"```python\n{RUNNER_PATCHES[patch]}def double_all(xs):\n    return []\n```")
+    assert result.reward == 0.25, result.info["reward_components"]  # only `[] == []`, honestly passed
+    assert result.info["reward_components"]["all_passed"] == 0.0
+
+
+def test_a_task_only_statement_tests_could_check_is_left_out(tmp_path: Path) -> None:
+    """A loop over computed inputs can only run beside the solution; its task cannot be scored honestly."""
+    path = tmp_path / "he.jsonl"
+    path.write_text(json.dumps(LITERAL_LOOP) + "\n" + json.dumps(COMPUTED_LOOP) + "\n")
+    with pytest.warns(UserWarning, match=r"left out 1 task\(s\) .*Hack/1"):
+        env = CodeSingle(source="humaneval", path=str(path))
+    assert [t.id for t in env.tasks] == ["Hack/0"]
+
+
+async def test_untrusted_passes_earn_no_reward() -> None:
+    """Even when no canary trips, a statement test's pass is not evidence: it counts as not passed."""
+    tests = [
+        HiddenTest.returns("probe", "double_all([1])", [2]),
+        HiddenTest(name="loop", probe="for n in range(3):\n    assert double_all([n]) == [2*n]", check=None),
+    ]
+    grade = await grade_python("def double_all(xs):\n    return [2 * x for x in xs]\n", tests)
+    assert grade.valid and [r.passed for r in grade.results] == [True, True]
+    assert grade.results[1].trusted is False
+    assert grade.passed_fraction == 0.5 and not grade.all_passed
+    assert grade.untrusted_passed == 1
+
+
+async def test_a_solution_that_rewrites_probe_evaluation_is_voided() -> None:
+    """A must-pass canary answered wrongly shows the solution's process evaluates probes dishonestly."""
+    hack = (
+        "import __main__\n"
+        "__main__.eval = lambda *args, **kwargs: 0\n"
+        "def sum_multiples(numbers):\n    return 0\n"
+    )
+    grade = await grade_python(hack, list(TASK.hidden_tests))
+    assert not grade.valid and "canary" in (grade.evidence.problem or "")
+
+
+async def test_canaries_run_with_every_grade_and_stay_out_of_the_figures() -> None:
+    grade = await grade_python(TASK.reference, list(TASK.hidden_tests))
+    assert grade.valid and grade.all_passed and grade.passed_fraction == 1.0
+    assert len(grade.results) == grade.evidence.tests_expected == len(TASK.hidden_tests)
+    assert grade.evidence.canaries >= 2
+
+
+async def test_a_partly_right_solution_earns_nothing_by_default() -> None:
+    """The default reward is binary: passing some hidden tests is not solving the task."""
+    # wrong on lists longer than 10 only
+    partial = "def sum_multiples(numbers):\n    return sum(n for n in numbers[:10] if n % 2 == 0)\n"
+    reward, grade = await play(partial)
+    hidden = {t.name for t in TASK.hidden_tests}
+    assert 0.0 < grade.fraction(hidden) < 1.0, "the fixture must pass some hidden tests, not all"
+    assert reward == 0.0
+    env = CodeSingle(task=TASK.id, partial_credit=True)
+    await env.reset(seed=0)
+    result = await env.step(f"```python\n{partial}\n```")
+    assert result.reward == grade.fraction(hidden)
