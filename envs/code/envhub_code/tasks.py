@@ -4,6 +4,11 @@ The built-in set is 120 procedurally generated tasks (12 families x 10 variants)
 it is the same everywhere and runs offline. Each variant changes the behaviour asked for (a shift, a
 separator, a base), not just a name, and every expected value is computed by running the reference
 solution on the host, so tests and reference can never disagree.
+
+Each hidden test calls the function on several inputs at once (`(f(a), f(b), f(c))`) and passes only if
+every answer is right. The inputs of a test are chosen so that their answers differ from one another
+and from the inputs themselves: no constant and no echo of the input passes any hidden test, where a
+single call (`balanced("") == True`) is passed by a constant as often as the answer is common.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ BUILTIN_SEED = 20240501
 VARIANTS = 10
 PUBLIC_TESTS = 3
 HIDDEN_TESTS = 8
+CALLS_PER_TEST = 3
+"""Inputs per hidden test; public tests (the examples in the prompt) call the function once."""
 
 
 class CodeTask(BaseModel):
@@ -164,7 +171,8 @@ def _run_length(
 def _sequence(
     rng: random.Random, variant: int
 ) -> tuple[str, str, str, Callable[[random.Random], tuple[Any, ...]]]:
-    a, b, p, q = rng.randint(0, 5), rng.randint(1, 5), rng.randint(1, 3), rng.randint(-2, 2)
+    a, b, p = rng.randint(0, 5), rng.randint(1, 5), rng.randint(1, 3)
+    q = rng.choice((-2, -1, 1, 2))  # q = 0 with p = 1 would make the sequence constant
     ref = f"""def seq_term(n: int) -> int:
     a, b = {a}, {b}
     for _ in range(n):
@@ -329,16 +337,22 @@ def _build(family: Family, variant: int, rng: random.Random) -> CodeTask:
     exec(reference, namespace)  # our own reference, on the host: it computes every expected value
     solve = namespace[entry_point]
     inputs: list[tuple[Any, ...]] = []
-    for args in list(family.edge_cases) + [draw(rng) for _ in range(4 * (PUBLIC_TESTS + HIDDEN_TESTS))]:
+    draws = 4 * (PUBLIC_TESTS + HIDDEN_TESTS * CALLS_PER_TEST)
+    for args in list(family.edge_cases) + [draw(rng) for _ in range(draws)]:
         if args not in inputs:
             inputs.append(args)
     public = inputs[len(family.edge_cases) : len(family.edge_cases) + PUBLIC_TESTS]
-    hidden = [a for a in inputs if a not in public][:HIDDEN_TESTS]
-    if len(hidden) < HIDDEN_TESTS:
-        raise RuntimeError(f"{family.name} variant {variant} drew too few distinct inputs")
+    try:
+        hidden = _bundles([a for a in inputs if a not in public], solve)
+    except ValueError as exc:
+        raise RuntimeError(f"{family.name} variant {variant}: {exc}") from exc
 
     def test(kind: str, i: int, args: tuple[Any, ...]) -> HiddenTest:
         return HiddenTest.returns(f"{kind}-{i}", _call(entry_point, args), solve(*args))
+
+    def bundle(i: int, calls: list[tuple[Any, ...]]) -> HiddenTest:
+        probe = f"({', '.join(_call(entry_point, args) for args in calls)},)"
+        return HiddenTest.returns(f"hidden-{i}", probe, tuple(solve(*args) for args in calls))
 
     statement = f"Write a Python function `{signature}`.\n\n{description}"
     return CodeTask(
@@ -347,8 +361,46 @@ def _build(family: Family, variant: int, rng: random.Random) -> CodeTask:
         entry_point=entry_point,
         reference=reference,
         public_tests=[test("public", i, a) for i, a in enumerate(public)],
-        hidden_tests=[test("hidden", i, a) for i, a in enumerate(hidden)],
+        hidden_tests=[bundle(i, calls) for i, calls in enumerate(hidden)],
     )
+
+
+def _bundles(pool: list[tuple[Any, ...]], solve: Callable[..., Any]) -> list[list[tuple[Any, ...]]]:
+    """`HIDDEN_TESTS` groups of `CALLS_PER_TEST` inputs, each with answers that tell trivial code apart.
+
+    In every group the answers are not all equal (no constant passes it) and at least one answer differs
+    from its input (no echo passes it); answers unlike the group's others are preferred. Edge cases come
+    first in the pool, so each lands in a group.
+    """
+    left = [(args, solve(*args)) for args in pool]
+
+    def telling(group: list[tuple[tuple[Any, ...], Any]]) -> bool:
+        constant = all(_same(answer, group[0][1]) for _, answer in group)
+        echo = all(_same(answer, args[0]) for args, answer in group)
+        return not constant and not echo
+
+    groups: list[list[tuple[Any, ...]]] = []
+    while len(groups) < HIDDEN_TESTS and left:
+        group = [left.pop(0)]
+        while len(group) < CALLS_PER_TEST:
+            new = [c for c in left if not any(_same(c[1], answer) for _, answer in group)]
+            if len(group) == CALLS_PER_TEST - 1:
+                fits = [c for c in new + left if telling([*group, c])]
+            else:
+                fits = new or left
+            if not fits:
+                raise ValueError("too few distinct answers to tell every hidden test from trivial code")
+            left.remove(fits[0])
+            group.append(fits[0])
+        groups.append([args for args, _ in group])
+    if len(groups) < HIDDEN_TESTS:
+        raise ValueError("too few distinct inputs for the hidden tests")
+    return groups
+
+
+def _same(a: object, b: object) -> bool:
+    """Type-strict equality, as the grader's `same` (True is not 1, a tuple is not a list)."""
+    return type(a) is type(b) and a == b and repr(a) == repr(b)
 
 
 @functools.cache

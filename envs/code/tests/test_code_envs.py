@@ -54,8 +54,8 @@ async def test_oracle_scores_one_on_every_builtin_task() -> None:
     for task_id, reward, components in played:
         assert reward == 1.0, (task_id, components)
         assert components == {
-            "passed_fraction": 1.0,
             "all_passed": 1.0,
+            "passed_fraction": 1.0,
             "public_passed": 1.0,
             "grade_valid": 1.0,
         }
@@ -83,7 +83,8 @@ async def test_seeded_draws_and_task_options() -> None:
 
 async def test_a_partly_wrong_solution_gets_the_exact_fraction() -> None:
     task = next(t for t in builtin_tasks() if t.id == "sum-multiples-01")  # multiples of 3
-    wrong = "def sum_multiples(numbers):\n    return sum(n for n in numbers if n % 3 == 0 and n > 0)\n"
+    # wrong on lists longer than 8 only
+    wrong = "def sum_multiples(numbers):\n    return sum(n for n in numbers[:8] if n % 3 == 0)\n"
     namespace: dict[str, Any] = {}
     exec(wrong, namespace)
     expected = [
@@ -93,11 +94,12 @@ async def test_a_partly_wrong_solution_gets_the_exact_fraction() -> None:
     ]
     assert 0 < sum(expected) < len(expected), "the fixture must fail some hidden tests, not all"
 
-    env = CodeSingle(task=task.id)
+    env = CodeSingle(task=task.id, partial_credit=True)
     await env.reset(seed=0)
     result = await env.step(f"Here it is:\n```python\n{wrong}```\nDone.")
     assert result.reward == sum(expected) / len(expected)
     assert result.info["reward_components"]["all_passed"] == 0.0
+    assert isinstance(env, CodeSingle)
     grade = await env.graded("")
     assert grade is not None and grade.valid
     hidden = {t.name for t in task.hidden_tests}
@@ -113,9 +115,12 @@ async def test_grader_is_type_strict_and_counts_statement_tests_as_untrusted() -
     right = "def f(x):\n    return x\n\ndef g():\n    return (1, 2)\n"
     loose = "def f(x):\n    return float(x) if x == 1 else x\n\ndef g():\n    return [1, 2]\n"
     good, bad = await asyncio.gather(grade_python(right, tests), grade_python(loose, tests))
-    assert good.all_passed and [r.trusted for r in good.results] == [True, True, False]
+    assert [r.passed for r in good.results] == [True, True, True]
+    assert [r.trusted for r in good.results] == [True, True, False]
+    assert not good.all_passed and good.passed_fraction == pytest.approx(2 / 3)  # a claim is no pass
+    assert good.untrusted_passed == 1
     assert [r.passed for r in bad.results] == [False, False, True]
-    assert bad.passed_fraction == pytest.approx(1 / 3)
+    assert bad.passed_fraction == 0.0
     assert bad.results[0].error == "got 1.0"
     assert good.evidence.tests_expected == good.evidence.tests_reported == 3
     assert good.evidence.signature_ok and good.evidence.grader_private
