@@ -75,6 +75,9 @@ class TrainConfig(BaseModel):
     eval_seed_start: int = 1_000_000
     checkpoint_every: int = Field(10, ge=0)
     concurrency: int = Field(8, ge=1)
+    episode_retries: int = Field(2, ge=0)
+    """Re-runs, each with a fresh env, of an episode whose env or policy raised (an infrastructure
+    failure). A group that still holds a failed episode is dropped whole, never trained short."""
     ray: bool = False
     """Play episodes on Ray actors (env workers against engine actors); the trainer stays the driver."""
     ray_address: str | None = None

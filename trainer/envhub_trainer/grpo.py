@@ -29,12 +29,11 @@ from typing import Any
 
 import torch
 
-import envhub
 from envhub.core import Action, Env
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
 from envhub.records import Episode
-from envhub.rollout.runner import run_episode
+from envhub.rollout.runner import EnvWorker, RolloutLimits
 from envhub.tools import ToolSpec
 from envhub_trainer import distributed, launch
 from envhub_trainer.config import TrainConfig
@@ -76,6 +75,26 @@ class _TimedPolicy(Policy):
         return _TimedPolicy(self.inner.for_episode(env), self.clock)
 
 
+async def play_episode(config: TrainConfig, policy: Policy, task: int, k: int) -> Episode:
+    """Episode `k` of task `task` (env seed `task`), re-run with a fresh env up to `episode_retries` times
+    while its env or policy raises, by the runner's own `EnvWorker`; `attempts` says how many it took."""
+    limits = RolloutLimits(concurrency=1, retries=config.episode_retries)
+    kwargs = {"max_turns": config.max_turns, **config.env_kwargs}
+    worker = EnvWorker(config.env_id, kwargs, policy, limits, seed=0)  # episode i plays seed 0 + i
+    try:
+        episode = await worker.play(task)
+    finally:
+        await worker.close()
+    return episode.model_copy(update={"episode_id": f"{task}-{k}"})
+
+
+def failed(episode: Episode) -> bool:
+    """The machinery failed the episode (through every re-run): its reward says nothing of the policy.
+
+    A cutoff is not a failure: the episode was played, and truncated, under the policy's control."""
+    return episode.error is not None and episode.error.kind != "cutoff"
+
+
 @dataclass
 class RolloutBatch:
     """The episodes of one step's tasks, the weight version that generated them, and their timing."""
@@ -106,11 +125,7 @@ async def play_groups(
 
     async def one(task: int, k: int) -> Episode:
         async with slots:
-            env = envhub.make(config.env_id, max_turns=config.max_turns, **config.env_kwargs)
-            try:
-                return await run_episode(env, timed, seed=task, episode_id=f"{task}-{k}")
-            finally:
-                await env.close()
+            return await play_episode(config, timed, task, k)
 
     flat = await asyncio.gather(*(one(t, k) for t in tasks for k in range(group_size)))
     groups = [list(flat[i * group_size : (i + 1) * group_size]) for i in range(len(tasks))]
@@ -134,6 +149,11 @@ class StepData:
     samples: list[TrainSample]
     rewards: list[float]
     errors: int
+    """Episodes still failed after their re-runs."""
+    reruns: int
+    """Re-runs it took (an episode played three times counts two)."""
+    failed_groups: int
+    """Groups dropped whole because one of their episodes still failed."""
     splits: int
     dropped_groups: int
     truncated: int
@@ -141,20 +161,25 @@ class StepData:
 
 
 def build_samples(batch: RolloutBatch, config: TrainConfig) -> StepData:
-    """Advantages per episode (relative to its group), handed to every token sample of that episode."""
+    """Advantages per episode (relative to its group), handed to every token sample of that episode.
+
+    A group is trained whole or not at all: an episode that failed through its re-runs drops its group,
+    since advantages measured against the survivors alone would be biased towards whatever the failure
+    correlates with, and scoring it 0 would punish the policy for the machinery's fault."""
     loss = config.loss
     episodes: list[Episode] = []
     group_of: list[int] = []
     pass_rates: dict[int, float] = {}
-    errors = 0
+    errors = failed_groups = 0
     for g, (task, group) in enumerate(zip(batch.tasks, batch.episodes, strict=True)):
+        broken = sum(failed(e) for e in group)
+        if broken:
+            errors += broken
+            failed_groups += 1
+            continue
         pass_rates[task] = sum(e.reward >= config.pass_threshold for e in group) / len(group)
-        for episode in group:
-            if episode.error is not None and episode.error.kind != "cutoff":
-                errors += 1  # machinery failed: its reward says nothing about the policy
-                continue
-            episodes.append(episode)
-            group_of.append(g)
+        episodes.extend(group)
+        group_of.extend([g] * len(group))
     per_episode = [
         episode_samples(e, group=g, version=batch.version) for e, g in zip(episodes, group_of, strict=True)
     ]
@@ -178,6 +203,8 @@ def build_samples(batch: RolloutBatch, config: TrainConfig) -> StepData:
         samples=samples,
         rewards=raw,
         errors=errors,
+        reruns=sum(e.attempts - 1 for group in batch.episodes for e in group),
+        failed_groups=failed_groups,
         splits=sum(max(len(s) - 1, 0) for s in per_episode),
         dropped_groups=dropped_groups,
         truncated=sum(s.truncated for samples in per_episode for s in samples),
@@ -567,6 +594,8 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
                 "dropped_stale_episodes": dropped_stale,
                 "dropped_groups": data.dropped_groups,
                 "episode_errors": data.errors,
+                "episode_reruns": data.reruns,
+                "failed_groups": data.failed_groups,
                 "sample_splits": data.splits,
                 "truncated_samples": data.truncated,
                 "samples": len(data.samples),

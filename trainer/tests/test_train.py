@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,12 @@ import torch
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.engine import weights_checksum
 from envhub_trainer.grpo import train
+from envhub_trainer.testing import Digits
 from envhub_trainer.testing import digits_config as config
 from transformers import AutoModelForCausalLM
+
+import envhub
+from envhub.core import InfrastructureError
 
 
 def test_grpo_raises_the_reward_and_updates_the_engine(tiny_model: Path, tmp_path: Path) -> None:
@@ -75,3 +80,32 @@ def test_bfloat16_weights_train_and_reach_the_engine(tiny_model: Path, tmp_path:
 def test_data_parallel_on_a_gpu_is_refused_with_the_fix() -> None:
     with pytest.raises(ValueError, match="use device: cpu, or data_parallel: 1"):
         TrainConfig(model=Path("m"), env_id="x", data_parallel=2, device="cuda")
+
+
+class Flaky(Digits):
+    """Digits on failing machinery: every fourth env set-up fails, and every one of task `HOPELESS`."""
+
+    HOPELESS = 2
+    plays = 0
+
+    def setup(self, rng: random.Random) -> str:
+        Flaky.plays += 1
+        if self.seed == self.HOPELESS or Flaky.plays % 4 == 0:
+            raise InfrastructureError("the sandbox died while starting")
+        return super().setup(rng)
+
+
+envhub.register("flaky-digits-v0", Flaky, override=True)
+
+
+def test_failed_episodes_are_re_run_and_a_group_is_never_trained_short(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    Flaky.plays = 0
+    rows = train(config(tiny_model, tmp_path / "flaky", env_id="flaky-digits-v0", steps=2, verify_sync=False))
+    first, second = rows  # tasks 0-3, then 4-7; 6 episodes each; task 2 fails through its 2 re-runs
+    assert first["samples"] == 3 * 6  # the three whole groups, one sample per single-turn episode
+    assert (first["failed_groups"], first["episode_errors"]) == (1, 6)
+    assert first["episode_reruns"] > 6 * 2  # task 2's, and the re-runs that fixed the others
+    assert (second["failed_groups"], second["episode_errors"], second["samples"]) == (0, 0, 4 * 6)
+    assert second["episode_reruns"] > 0
