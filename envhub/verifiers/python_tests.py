@@ -255,7 +255,8 @@ async def grade_python(
                     trusted=g.test.check is not None,
                 )
             )
-    results.sort(key=lambda r: names.index(r.name))  # the caller's order, not the shuffled one
+    order = {name: i for i, name in enumerate(names)}
+    results.sort(key=lambda r: order[r.name])  # the caller's order, not the shuffled one
     valid = problem is None
     passed = sum(r.counts for r in results) if valid else 0
     evidence = GradeEvidence(
