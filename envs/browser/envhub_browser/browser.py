@@ -48,8 +48,12 @@ def chromium_path() -> str | None:
     return shutil.which("chromium")
 
 
-async def launch(playwright: Playwright, *, sandbox: bool | None = None) -> tuple[Browser, str]:
+async def launch(
+    playwright: Playwright, *, sandbox: bool | None = None, start_timeout: float = 60.0
+) -> tuple[Browser, str]:
     """Start a headless Chromium and return it with the tag that finds its process (`chromium_pids`).
+
+    `start_timeout` is the seconds Chromium may take to start, generous as a loaded host can be slow to.
 
     `sandbox=None` follows `$ENVHUB_CHROMIUM_SANDBOX` (0 or 1) if set, else keeps Chromium's sandbox on
     unless running as root, where it cannot start.
@@ -62,6 +66,7 @@ async def launch(playwright: Playwright, *, sandbox: bool | None = None) -> tupl
         executable_path=chromium_path(),
         headless=True,
         chromium_sandbox=use_sandbox,
+        timeout=start_timeout * 1000,
         args=[*OFFLINE_FLAGS, f"--envhub-browser={tag}"],  # an unknown switch Chromium ignores
     )
     return browser, tag

@@ -4,6 +4,10 @@ One browser per environment object, launched at the first reset and reused; ever
 browser context (no cookies, storage or cache carried over) and a freshly drawn site served from
 loopback. Requests to any other origin are blocked. A browser that dies mid-episode is an infrastructure
 error (raised out of `step`), and the next reset launches a new one.
+
+Every wait has a limit, so a page that never loads cannot hang an episode, and every limit is an option
+of the env, generous by default, so a busy host does not fail honest episodes: a slow page is not a
+broken one. The start page's load is tried again before reset gives up.
 """
 
 from __future__ import annotations
@@ -30,8 +34,6 @@ from envhub_browser.tasks import TASKS
 
 T = TypeVar("T")
 
-ACTION_TIMEOUT_MS = 2000
-SETTLE_TIMEOUT_S = 5.0
 LEAVING_JS = """
 window.addEventListener('submit', e => { if (!e.defaultPrevented) window.__envhub_leaving = true; });
 window.addEventListener('click', e => {
@@ -69,6 +71,11 @@ class WebTasks(envhub.ToolEnv):
         max_text_chars: int = 6000,
         sandbox: bool | None = None,
         max_turns: int | None = None,
+        navigation_timeout: float = 30.0,
+        navigation_retries: int = 2,
+        action_timeout: float = 10.0,
+        settle_timeout: float = 15.0,
+        launch_timeout: float = 60.0,
     ) -> None:
         if task is not None and task not in TASKS:
             raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)} (or None for all)")
@@ -76,7 +83,22 @@ class WebTasks(envhub.ToolEnv):
             raise ValueError("turn on at least one of screenshot and text_view, or the agent sees nothing")
         if not (160 <= width <= 1920 and 160 <= height <= 1920):
             raise ValueError(f"width and height must be between 160 and 1920 pixels, got {width}x{height}")
+        limits = {
+            "navigation_timeout": navigation_timeout,
+            "action_timeout": action_timeout,
+            "settle_timeout": settle_timeout,
+            "launch_timeout": launch_timeout,
+        }
+        too_short = {name: value for name, value in limits.items() if not value > 0}
+        if too_short or navigation_retries < 0:
+            raise ValueError(
+                f"the time limits must be positive seconds and navigation_retries >= 0; got {too_short} "
+                f"and navigation_retries={navigation_retries}"
+            )
         super().__init__(max_turns=max_turns)
+        self.navigation_timeout, self.navigation_retries = navigation_timeout, navigation_retries
+        self.action_timeout, self.settle_timeout = action_timeout, settle_timeout
+        self.launch_timeout = launch_timeout
         self.task_name = task
         self.screenshot, self.text_view = screenshot, text_view
         self.width, self.height, self.max_text_chars = width, height, max_text_chars
@@ -113,13 +135,35 @@ class WebTasks(envhub.ToolEnv):
                 accept_downloads=False,
             )
         )
-        context.set_default_timeout(ACTION_TIMEOUT_MS)
+        context.set_default_timeout(self.action_timeout * 1000)
+        context.set_default_navigation_timeout(self.navigation_timeout * 1000)
         await self._guard(context.route("**/*", self._gate))
         await self._guard(context.add_init_script(LEAVING_JS))
         self.page = await self._guard(context.new_page())
         self.page.on("load", self._loaded)
-        await self._guard(self.page.goto(origin + self.site.start))
+        await self._open(origin + self.site.start)
         return [await self._observation(f"Task: {self.site.goal}\n\n")]
+
+    async def _open(self, url: str) -> None:
+        """Load the start page, trying afresh `navigation_retries` more times when it does not come in time.
+
+        The page is the environment's own, so one that never loads is an infrastructure error, raised
+        within (retries + 1) x `navigation_timeout`; a dead browser is one at once.
+        """
+        problem = ""
+        for _ in range(self.navigation_retries + 1):
+            try:
+                await self._guard(self._page.goto(url))
+                return
+            except ActionFailed as exc:
+                problem = str(exc)
+            with contextlib.suppress(PlaywrightError):  # drop the stuck load, so the next try is fresh
+                await self._page.goto("about:blank")
+        raise InfrastructureError(
+            f"the task's start page {url} did not load in {self.navigation_retries + 1} tries of "
+            f"{self.navigation_timeout:g} s each (the last: {problem}); on a host this busy, raise "
+            "navigation_timeout or navigation_retries of web-tasks"
+        )
 
     def reset_info(self) -> dict[str, Any]:
         return {
@@ -365,7 +409,9 @@ class WebTasks(envhub.ToolEnv):
             with contextlib.suppress(Exception):
                 await self.playwright.stop()
         self.playwright = await async_playwright().start()
-        self.browser, self.browser_tag = await launch(self.playwright, sandbox=self.sandbox)
+        self.browser, self.browser_tag = await launch(
+            self.playwright, sandbox=self.sandbox, start_timeout=self.launch_timeout
+        )
         self.browser_launches += 1
         return self.browser
 
@@ -397,11 +443,11 @@ class WebTasks(envhub.ToolEnv):
 
         The navigation's request reaches the route only a moment after the action returns, so the page
         itself says it is leaving (`LEAVING_JS`); until the next document replaces it, and while a
-        main-frame request is in flight, wait (5 s at most).
+        main-frame request is in flight, wait (`settle_timeout` at most).
         """
         page = self._page
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + SETTLE_TIMEOUT_S
+        deadline = loop.time() + self.settle_timeout
         while loop.time() < deadline:
             try:
                 leaving = await self._guard(page.evaluate("() => window.__envhub_leaving === true"))
@@ -419,7 +465,7 @@ class WebTasks(envhub.ToolEnv):
         await self._settle()
         for attempt in range(3):  # a navigation the action started may replace the page while it is read
             with contextlib.suppress(PlaywrightError):
-                await page.wait_for_load_state("load", timeout=5000)
+                await page.wait_for_load_state("load", timeout=self.settle_timeout * 1000)
             try:
                 text, self.elements = await self._guard(observe(page, self.max_text_chars))
                 break

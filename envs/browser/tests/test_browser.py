@@ -14,6 +14,8 @@ import pytest
 from envhub_browser import TASKS, WebTasks
 from envhub_browser.browser import chromium_path, chromium_pids
 from envhub_browser.policy import RandomWebPolicy
+from envhub_browser.server import SiteServer
+from envhub_browser.site import Response, document
 
 import envhub
 from envhub.core import InfrastructureError
@@ -244,3 +246,71 @@ async def test_a_crashed_browser_is_an_infrastructure_error_and_the_next_episode
         assert recovered.error is None and recovered.reward == 1.0
         assert env.browser_launches == 3
     assert chromium_pids(env.browser_tag) == []  # close() leaves no Chromium behind
+
+
+# ---------------------------------------------------------------- slow hosts and pages that never load
+
+
+class SlowSiteServer(SiteServer):
+    """The task's own server on a loaded host: its first answer comes after `delay` seconds."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay, self.answered = delay, 0
+
+    async def _respond(self, reader: asyncio.StreamReader) -> Response:
+        self.answered += 1
+        if self.answered == 1:
+            await asyncio.sleep(self.delay)
+        return await super()._respond(reader)
+
+
+class HangingSiteServer(SiteServer):
+    """A page that never loads: every request is read, counted, and left unanswered until `release`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests = 0
+        self.release = asyncio.Event()
+
+    async def _respond(self, reader: asyncio.StreamReader) -> Response:
+        await reader.readuntil(b"\r\n\r\n")
+        self.requests += 1
+        await self.release.wait()
+        return Response(document("Late", "<h1>Too late</h1>"))
+
+
+async def test_an_honest_page_slower_than_two_seconds_still_resets() -> None:
+    """A start page that takes 3 s (a busy host) used to end the episode as an env error at 2 s."""
+    env = make("click-button")
+    env.server = SlowSiteServer(delay=3.0)
+    try:
+        observation, _ = await env.reset(seed=0)
+        assert observation[-1].text.startswith("Task: ")
+        assert env.server.answered >= 1
+        assert env.elements  # the page was read
+    finally:
+        await env.close()
+
+
+async def test_a_page_that_never_loads_fails_reset_within_its_retries() -> None:
+    env = make("click-button", navigation_timeout=0.5, navigation_retries=1)
+    server = env.server = HangingSiteServer()
+    try:
+        async with asyncio.timeout(120):  # a guard for the test run, far above the 2 x 0.5 s bound
+            with pytest.raises(InfrastructureError, match=r"did not load in 2 tries of 0.5 s each"):
+                await env.reset(seed=0)
+        assert server.requests == 2  # the first load, and one retry
+    finally:
+        server.release.set()
+        await env.close()
+
+
+def test_every_limit_is_an_option_and_must_be_positive() -> None:
+    env = make(navigation_timeout=90, navigation_retries=5, action_timeout=20, settle_timeout=40)
+    assert (env.navigation_timeout, env.navigation_retries) == (90, 5)
+    assert (env.action_timeout, env.settle_timeout, env.launch_timeout) == (20, 40, 60)
+    with pytest.raises(ValueError, match="positive seconds"):
+        make(action_timeout=0)
+    with pytest.raises(ValueError, match="navigation_retries >= 0"):
+        make(navigation_retries=-1)
