@@ -25,7 +25,7 @@ class Validation(BaseModel):
 
     @property
     def canary(self) -> str:
-        """The canaries of both runs: `passed`, `void: canary` when either run was tampered with, or why none ran."""
+        """Both runs' canaries: `passed`, `void: canary` if either was tampered with, or why none ran."""
         outcomes = {self.gold_canary, self.empty_canary}
         if "void" in outcomes:
             return "void: canary"
