@@ -126,6 +126,8 @@ class ChatEnv(BaseEnv):
             final, components = await score(self, answer=self.answer, messages=self.messages)
             reward += final
             info["reward_components"] = components
+            if notes := getattr(self, "reward_notes", None):  # why a component scored 0 (a judge's refusal)
+                info["reward_notes"] = dict(notes)
         return StepResult(reaction.observation, reward, terminated, truncated, info)
 
     @property

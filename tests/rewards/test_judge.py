@@ -483,9 +483,10 @@ async def test_an_answer_that_breaks_the_judge_scores_zero_in_the_episode_not_re
     judge_server.script(default=text(verdict(10)))
     env = Judged()
     await env.reset(seed=0)
-    await env.step("Paris " * 5_000)
+    result = await env.step("Paris " * 5_000)
     notes: dict[str, str] = vars(env)["reward_notes"]
     assert "answer_too_long" in notes["graded"]
+    assert result.info["reward_notes"]["graded"] == notes["graded"]  # the episode record carries the reason
     await env.reset(seed=0)
     await env.step("Paris")
     assert "graded" not in notes  # a note never outlives its episode's score
