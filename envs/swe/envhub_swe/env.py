@@ -83,6 +83,7 @@ class SWEEnv(envhub.ToolEnv):
         self.patch: str | None = None
         """The submission as graded: computed by the grader from the submitted files."""
         self.report: GradeReport | None = None
+        self.reward_notes: dict[str, str] = {}
         self._submitted: bytes | SubmissionRefused | None = None
         """The agent's files at submit time (a tar without `.git`), or why they could not be taken."""
         self._sandbox: Sandbox | None = None
@@ -105,7 +106,7 @@ class SWEEnv(envhub.ToolEnv):
     async def setup(self, rng: random.Random) -> str:
         await self._close_sandbox()
         self.instance = rng.choice(self.instances)
-        self.patch, self.report, self._submitted = None, None, None
+        self.patch, self.report, self._submitted, self.reward_notes = None, None, None, {}
         runtime, workspace = await asyncio.to_thread(self._resolve, self.instance)
         self._runtime, self._workspace = runtime, workspace
         self._sandbox = await runtime.open()
@@ -288,6 +289,7 @@ class SWEEnv(envhub.ToolEnv):
                 await self._close_sandbox()  # nothing the agent started may outlive its turn
                 self.report = await self._grade_submission(self.instance, self._runtime)
                 self.patch = self.report.patch
+                self.reward_notes = {"resolved": self.report.summary()}  # kept in the episode record
             return self.report
 
     async def _grade_submission(self, instance: Instance, runtime: Runtime) -> GradeReport:

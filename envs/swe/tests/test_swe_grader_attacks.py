@@ -305,3 +305,4 @@ def test_class4_an_unreadable_workspace_scores_zero_with_the_reason() -> None:
     report = env.report
     assert report is not None and not report.resolved
     assert report.problem is not None and "could not be archived" in report.problem
+    assert "could not be archived" in env.reward_notes["resolved"]  # the episode record says why
