@@ -99,8 +99,8 @@ def _section(lines: list[str]) -> FileSection:
         elif body[i].startswith(("new file", "deleted file")):
             named[body[i].split(" ")[0]] = ""
         i += 1
-    old = named.get("rename from", named.get("copy from", header_a))
-    new = named.get("rename to", named.get("copy to", header_b))
+    old: str | None = named.get("rename from", named.get("copy from", header_a))
+    new: str | None = named.get("rename to", named.get("copy to", header_b))
     if "new" in named:
         old = None
     if "deleted" in named:
@@ -115,9 +115,9 @@ def _section(lines: list[str]) -> FileSection:
         len(rest) == 1 and rest[0].startswith("Binary files ") and rest[0].endswith(" differ")
     ):
         raise MalformedPatch(f"unexpected line {rest[0][:80]!r} in the section of {body[0][:80]!r}")
-    for path in (old, new):
-        if path is not None:
-            _check_path(path)
+    for named_path in (old, new):
+        if named_path is not None:
+            _check_path(named_path)
     if old is None and new is None:
         raise MalformedPatch(f"{body[0][:80]!r} names neither an old nor a new file")
     return FileSection(old_path=old, new_path=new, text="".join(lines))

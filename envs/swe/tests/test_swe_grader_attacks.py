@@ -83,7 +83,7 @@ async def _episode(instance: str, command: str) -> SWEMini:
 @pytest.mark.parametrize("attack", sorted(CONFIGURED_DIFFS))
 def test_class1_git_configured_by_the_agent_does_not_decide_the_submission(attack: str) -> None:
     env = asyncio.run(_episode(PYTEST_STYLE, CONFIGURED_DIFFS[attack]))
-    assert env.report is not None and not env.report.resolved, env.report.summary()
+    assert env.report is not None and not env.report.resolved, env.report and env.report.summary()
     paths = {path for section in parse_patch(env.report.patch) for path in section.paths}
     assert paths == {"stats/helper.py", ".x.sh"} | ({".gitattributes"} if "attributes" in attack else set())
     assert "+x = 2" in env.report.patch  # the file as it is, not as a textconv driver shows it
@@ -231,7 +231,7 @@ def test_class2_code_under_test_cannot_forge_the_exit_status_and_kill_the_runner
     command = f"cat >> stats/__init__.py <<'EOF'\n{FORGE_AND_KILL}EOF\n"
     env = asyncio.run(_episode(PYTEST_STYLE, command))
     report = env.report
-    assert report is not None and not report.resolved, report.summary()
+    assert report is not None and not report.resolved, report and report.summary()
     # The runner may well exit 0 (it is the tested code's process); the canaries are what it cannot forge.
     assert report.problem is not None and "canary" in report.problem
 
@@ -284,7 +284,7 @@ class TextTestRunner:
 def test_class3_patched_pytest_reporting_is_caught_by_the_failing_canary() -> None:
     env = asyncio.run(_episode(PYTEST_STYLE, f"cat >> stats/__init__.py <<'EOF'\n{REPORTS_PASSED}EOF\n"))
     report = env.report
-    assert report is not None and not report.resolved, report.summary()
+    assert report is not None and not report.resolved, report and report.summary()
     assert report.canary == "void" and report.problem is not None and "canary" in report.problem
 
 
@@ -293,7 +293,7 @@ def test_class3_a_module_shadowing_the_runner_is_left_out_of_grading() -> None:
     command = f"mkdir -p unittest && cat > unittest/__init__.py <<'EOF'\n{FAKE_UNITTEST}EOF\npython runtests.py tests.test_version 2>&1 | tail -1"
     env = asyncio.run(_episode(UNITTEST_STYLE, command))
     report = env.report
-    assert report is not None and not report.resolved, report.summary()
+    assert report is not None and not report.resolved, report and report.summary()
     assert "unittest/__init__.py" in report.dropped_files
 
 
