@@ -454,7 +454,8 @@ async def _environment_modules(sandbox: Sandbox, runtime: Runtime) -> tuple[set[
     found = await sandbox.exec(
         ["/bin/bash", "-c", f'{activate}cd / && python -I -c "$1"', "bash", LIST_MODULES], timeout=120
     )
-    environment = set(found.stdout.split()) | RUNNER_MODULES
+    # The host's standard library is a floor, should the environment's interpreter not answer.
+    environment = set(found.stdout.split()) | RUNNER_MODULES | set(sys.stdlib_module_names)
     listed = await sandbox.exec(
         ["/bin/sh", "-c", f"cd {TESTBED} && git ls-files | cut -d/ -f1-2"], env=_GIT_NO_CONFIG, timeout=120
     )

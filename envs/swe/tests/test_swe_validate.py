@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import asyncio
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 from envhub_swe.runtime import MINI_IMAGE, docker_image_present
 from typer.testing import CliRunner
@@ -30,3 +35,21 @@ def test_validate_reports_a_missing_dataset(tmp_path: object) -> None:
         app, ["swe", "validate", "--dataset", "swe-bench-lite", "--data", str(tmp_path)]
     )
     assert result.exit_code == 2 and "was not found" in result.output
+
+
+def test_validate_shows_a_tampered_run_as_void_canary(tmp_path: Path) -> None:
+    """A 'gold' patch whose code rewrites pytest's reports: its run is void, and the table says so."""
+    from envhub_swe.data import load_mini, select
+    from envhub_swe.runtime import mini_workspace
+    from envhub_swe.validate import validate
+    from test_swe_grader_attacks import REPORTS_PASSED
+
+    [row] = select(load_mini(), instance="mini__stats-2")
+    repo = tmp_path / "repo"
+    shutil.copytree(mini_workspace(row), repo)
+    with (repo / "stats" / "__init__.py").open("a") as module:
+        module.write(REPORTS_PASSED)
+    hack = subprocess.run(["git", "diff"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    [result] = asyncio.run(validate([row.model_copy(update={"patch": hack})], dataset="swe-mini"))
+    assert not result.gold_resolved and result.canary == "void: canary"
+    assert "void: canary" in result.gold_summary
