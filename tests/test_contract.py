@@ -80,6 +80,18 @@ async def test_tool_episode_terminates_with_weighted_reward_components() -> None
     assert result.reward == 1.5
 
 
+async def test_an_instances_reward_weights_override_the_decorators() -> None:
+    env = Calculator()
+    env.reward_weights = {"correct": 0.0, "short": 2.0}  # what a constructor option would choose
+    await env.reset(seed=5)
+    result = await env.step(str(2 * env.x))
+    assert result.info["reward_components"] == {"correct": 1.0, "short": 1.0} and result.reward == 2.0
+    env.reward_weights = {"corect": 1.0}
+    await env.reset(seed=5)
+    with pytest.raises(ValueError, match=r"reward_weights names \['corect'\], which are not rewards"):
+        await env.step("0")
+
+
 @pytest.mark.parametrize(
     ("action", "error"),
     [

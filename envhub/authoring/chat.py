@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import random
 from abc import abstractmethod
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -48,6 +49,8 @@ class ChatEnv(BaseEnv):
     """
 
     system_prompt: str | None = None
+    reward_weights: Mapping[str, float] = MappingProxyType({})
+    """Per-instance weights by component name, over the `@reward` decorators' (a constructor option's)."""
 
     def __init__(self, *, max_turns: int | None = None) -> None:
         if max_turns is not None:

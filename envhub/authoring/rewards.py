@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, overload
 
 from envhub.author_code import call_author_code
@@ -40,14 +40,21 @@ def reward(func: F | None = None, /, *, weight: float = 1.0) -> F | Callable[[F]
 
 
 def reward_methods(obj: object) -> dict[str, tuple[Callable[..., Any], float]]:
-    """The bound reward methods of an environment, by name, with their weights."""
+    """The bound reward methods of an environment, by name, with their weights.
+
+    An instance's `reward_weights` (component name -> weight) overrides the decorators' weights, so a
+    constructor option can choose what is rewarded (`partial_credit=True`) without a second class.
+    """
     found: dict[str, tuple[Callable[..., Any], float]] = {}
     names = dict.fromkeys(name for cls in reversed(type(obj).__mro__) for name in vars(cls))
     for name in names:
         attr = getattr(type(obj), name)  # the most derived definition: overriding unmarked disables it
         if hasattr(attr, _REWARD_MARK):
             found[name] = (getattr(obj, name), getattr(attr, _REWARD_MARK))
-    return found
+    overrides: Mapping[str, float] = getattr(obj, "reward_weights", None) or {}
+    if unknown := sorted(set(overrides) - set(found)):
+        raise ValueError(f"reward_weights names {unknown}, which are not rewards; rewards: {sorted(found)}")
+    return {name: (method, overrides.get(name, weight)) for name, (method, weight) in found.items()}
 
 
 async def score(obj: object, *, answer: str, messages: list[Message]) -> tuple[float, dict[str, float]]:

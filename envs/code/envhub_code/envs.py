@@ -15,6 +15,7 @@ import contextlib
 import functools
 import random
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,23 +65,19 @@ def _load_file(source: str, path: str, mtime_ns: int) -> tuple[CodeTask, ...]:
     return tuple(load_humaneval(path) if source == "humaneval" else load_mbpp(path))
 
 
+PARTIAL_CREDIT = {"passed_fraction": 1.0, "all_passed": 0.0}
+"""The weights of `partial_credit=True`: the fraction of hidden tests passed is the reward."""
+
+
 class CodeTaskEnv:
-    """What both code environments share: choosing the task, grading once, and the reward components.
-
-    Reward weights belong to a class, so `partial_credit=True` builds the environment as its
-    partial-credit twin (`_PartialCredit` mixed in), whose weights make `passed_fraction` the reward.
-    """
-
-    def __new__(cls, *args: Any, partial_credit: bool = False, **kwargs: Any) -> Any:
-        if partial_credit and not issubclass(cls, _PartialCredit):
-            cls = _PARTIAL_CREDIT[cls.__name__]
-        return super().__new__(cls)
+    """What both code environments share: choosing the task, grading once, and the reward components."""
 
     tasks: tuple[CodeTask, ...]
     task: CodeTask
     fixed_task: str | None
     backend: Backend
     options: dict[str, Any]
+    reward_weights: Mapping[str, float]
     _grade: GradeReport | None
 
     def _init_tasks(
@@ -160,20 +157,6 @@ class CodeTaskEnv:
         return float(grade is not None and grade.valid)
 
 
-class _PartialCredit(CodeTaskEnv):
-    """The weights of `partial_credit=True`: the fraction of hidden tests is the reward."""
-
-    @envhub.reward(weight=0.0)
-    async def all_passed(self, answer: str) -> float:
-        """Recorded: 1 when every hidden test passed on a valid grade."""
-        return await super().all_passed(answer)
-
-    @envhub.reward
-    async def passed_fraction(self, answer: str) -> float:
-        """The reward: the fraction of hidden tests passed (0 on a void grade)."""
-        return await super().passed_fraction(answer)
-
-
 def _all_tests(task: CodeTask) -> list[HiddenTest]:
     hidden = {t.name for t in task.hidden_tests}
     return list(task.hidden_tests) + [t for t in task.public_tests if t.name not in hidden]
@@ -200,7 +183,7 @@ class CodeSingle(CodeTaskEnv, envhub.SingleTurnEnv):
         max_turns: int | None = None,
         partial_credit: bool = False,
     ) -> None:
-        del partial_credit  # it chose this object's class, in CodeTaskEnv.__new__
+        self.reward_weights = PARTIAL_CREDIT if partial_credit else {}
         super().__init__(max_turns=max_turns)
         self._init_tasks(source, path, split, task, backend)
 
@@ -238,7 +221,7 @@ class CodeRepl(CodeTaskEnv, envhub.ToolEnv):
         max_turns: int | None = None,
         partial_credit: bool = False,
     ) -> None:
-        del partial_credit  # it chose this object's class, in CodeTaskEnv.__new__
+        self.reward_weights = PARTIAL_CREDIT if partial_credit else {}
         super().__init__(max_turns=max_turns if max_turns is not None else 12)
         self._init_tasks(source, path, split, task, backend)
         self.submitted: str | None = None
@@ -322,17 +305,3 @@ class CodeRepl(CodeTaskEnv, envhub.ToolEnv):
 
     async def close(self) -> None:
         await self._close_session()
-
-
-class _PartialCreditSingle(_PartialCredit, CodeSingle):
-    pass
-
-
-class _PartialCreditRepl(_PartialCredit, CodeRepl):
-    pass
-
-
-_PARTIAL_CREDIT: dict[str, type[CodeTaskEnv]] = {
-    "CodeSingle": _PartialCreditSingle,
-    "CodeRepl": _PartialCreditRepl,
-}
