@@ -37,16 +37,13 @@ class Canaries:
     """Test ids added to the command when it selects single tests, so the canaries run too."""
 
     def source(self) -> str:
+        """Plain tests, nothing marking them out: a hack must tell them from the real ones to dodge them."""
         if self.functions:
-            return (
-                f"\n\n\ndef {self.must_pass}():\n    pass\n\n\n"
-                f"def {self.must_fail}():\n    assert False, 'envhub canary: this test must fail'\n"
-            )
+            return f"\n\n\ndef {self.must_pass}():\n    pass\n\n\ndef {self.must_fail}():\n    assert False\n"
         return (
-            f"\n\n\nimport unittest as _envhub_unittest_{self.class_name}\n\n\n"
-            f"class {self.class_name}(_envhub_unittest_{self.class_name}.TestCase):\n"
+            f"\n\n\nclass {self.class_name}(__import__('unittest').TestCase):\n"
             f"    def {self.must_pass}(self):\n        pass\n\n"
-            f"    def {self.must_fail}(self):\n        self.fail('envhub canary: this test must fail')\n"
+            f"    def {self.must_fail}(self):\n        self.fail()\n"
         )
 
     def verdict(self, statuses: Mapping[str, object]) -> str | None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Collection, Iterator
+import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 _DIFF_GIT = "diff --git "
@@ -66,11 +67,6 @@ class FileSection:
     @property
     def paths(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(p for p in (self.old_path, self.new_path) if p is not None))
-
-    @property
-    def adds_file(self) -> bool:
-        """A path the base does not have: a new file, or the target of a rename or copy."""
-        return self.new_path is not None and self.new_path != self.old_path
 
 
 def parse_patch(patch: str) -> list[FileSection]:
@@ -253,21 +249,65 @@ def _check_path(path: str) -> None:
         raise MalformedPatch(f"the path {path!r} reaches into a .git directory")
 
 
-def shadowed_module(path: str, environment: Collection[str], base_modules: Collection[str]) -> str | None:
-    """The module `path` would newly put in front of the environment's own, if it does.
+def runner_paths(command: str) -> tuple[str, ...]:
+    """The repository paths a test command names (`bin/test`, `./tests/runtests.py`, test files)."""
+    try:
+        tokens = shlex.split(command)
+    except ValueError:
+        tokens = command.split()
+    paths = []
+    for token in tokens:
+        path = token.split("::")[0].removeprefix("./")
+        if not token.startswith("-") and "=" not in token and ("/" in path or path.endswith(".py")):
+            paths.append(path)
+    return tuple(dict.fromkeys(paths))
 
-    A file added at a module root (the repository's top level, or `src/`) whose top-level name is a
-    standard-library, test-runner or installed module, where the base repository has no module of that
-    name, would be imported by the test run instead of the real one: `unittest/`, `pytest.py`, ...
+
+@dataclass(frozen=True)
+class Guard:
+    """What a submission may not change besides tests: the runner the test command starts, and modules
+    that would shadow the test environment's own.
+
+    `environment` is every top-level module the test environment can import; `base_modules` the module
+    paths (`root + name`) the base repository already has; `runner` the paths the test command names,
+    whose directories are module roots too (a script's directory is first on its `sys.path`).
     """
-    for root in MODULE_ROOTS:
-        if not path.startswith(root):
-            continue
-        first = path[len(root) :].split("/")[0]
-        name = first.removesuffix(".py") if "/" not in path[len(root) :] else first
-        if name.isidentifier() and name in environment and f"{root}{name}" not in base_modules:
-            return name
-    return None
+
+    environment: frozenset[str] = frozenset()
+    base_modules: frozenset[str] = frozenset()
+    runner: tuple[str, ...] = ()
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        scripts = (path.rsplit("/", 1)[0] + "/" for path in self.runner if "/" in path)
+        return tuple(dict.fromkeys([*MODULE_ROOTS, *scripts]))
+
+    def shadowed_module(self, path: str) -> str | None:
+        """The module `path` would newly put in front of the environment's own, if it does.
+
+        A file at a module root (the repository's top level, `src/`, a test script's directory) whose
+        top-level name is a standard-library, test-runner or installed module, where the base repository
+        has no module of that name, would be imported by the test run instead of the real one:
+        `unittest/`, `pytest.py`, `bin/argparse.py` beside sympy's `bin/test`, ...
+        """
+        for root in self.roots:
+            if not path.startswith(root):
+                continue
+            first = path[len(root) :].split("/")[0]
+            name = first.removesuffix(".py")
+            if name.isidentifier() and name in self.environment and f"{root}{name}" not in self.base_modules:
+                return name
+        return None
+
+    def reason(self, path: str) -> str | None:
+        """Why a submission may not change `path`, or None."""
+        if TEST_INFRA.search(path):
+            return "tests or test configuration"
+        if path in self.runner:
+            return "the test runner the eval script starts"
+        if (name := self.shadowed_module(path)) is not None:
+            return f"shadows the environment's module {name!r}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -279,40 +319,16 @@ class FilteredPatch:
     dropped: dict[str, str]
 
 
-def filter_patch(
-    patch: str, *, environment: Collection[str] = (), base_modules: Collection[str] = ()
-) -> FilteredPatch:
-    """The submission without its changes to tests, test configuration and modules that would shadow
-    the environment's (see `shadowed_module`). Raises `MalformedPatch` for a patch git would not write."""
+def filter_patch(patch: str, guard: Guard = Guard()) -> FilteredPatch:
+    """The submission without its changes to tests, test configuration, the test runner and modules
+    that would shadow the environment's. Raises `MalformedPatch` for a patch git would not write."""
     kept: list[FileSection] = []
     dropped: dict[str, str] = {}
     for section in parse_patch(patch):
-        reason = _drop_reason(section, environment, base_modules)
-        if reason is None:
-            kept.append(section)
+        reasons = {path: why for path in section.paths if (why := guard.reason(path)) is not None}
+        if reasons:
+            dropped.update({path: next(iter(reasons.values())) for path in section.paths})
         else:
-            for path in section.paths:
-                dropped[path] = reason
+            kept.append(section)
     paths = tuple(dict.fromkeys(p for s in kept for p in s.paths))
     return FilteredPatch(kept="".join(s.text for s in kept), kept_paths=paths, dropped=dropped)
-
-
-def _drop_reason(
-    section: FileSection, environment: Collection[str], base_modules: Collection[str]
-) -> str | None:
-    if any(TEST_INFRA.search(path) for path in section.paths):
-        return "tests or test configuration"
-    if section.adds_file and section.new_path is not None:
-        name = shadowed_module(section.new_path, environment, base_modules)
-        if name is not None:
-            return f"shadows the environment's module {name!r}"
-    return None
-
-
-def forbidden(
-    paths: Collection[str], environment: Collection[str], base_modules: Collection[str]
-) -> list[str]:
-    """Which of the paths that `git apply --numstat` says a kept patch touches the filter forbids."""
-    return [
-        p for p in paths if TEST_INFRA.search(p) or shadowed_module(p, environment, base_modules) is not None
-    ]

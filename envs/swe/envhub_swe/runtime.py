@@ -15,6 +15,7 @@ Runtimes:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import os
 import shutil
@@ -35,7 +36,14 @@ from envhub_swe.canaries import Canaries, candidates, command_with, plan
 from envhub_swe.data import MINI_DATA, Instance
 from envhub_swe.evaluation import END, START, EvalSteps, GradeReport, adapt_eval_script, grade_log
 from envhub_swe.parsers import parser_name
-from envhub_swe.patches import RUNNER_MODULES, FilteredPatch, MalformedPatch, filter_patch, forbidden
+from envhub_swe.patches import (
+    RUNNER_MODULES,
+    FilteredPatch,
+    Guard,
+    MalformedPatch,
+    filter_patch,
+    runner_paths,
+)
 
 RuntimeKind = Literal["local", "docker"]
 TESTBED = "/testbed"
@@ -446,8 +454,8 @@ async def _apply(sandbox: Sandbox, patch: str) -> str | None:
     return f"the patch does not apply: {(result.stdout + result.stderr).strip()[-300:]}"
 
 
-async def _environment_modules(sandbox: Sandbox, runtime: Runtime) -> tuple[set[str], set[str]]:
-    """The environment's importable top-level modules, and the base repository's own module roots."""
+async def _guard(sandbox: Sandbox, runtime: Runtime, test_command: str) -> Guard:
+    """What the submission may not change here: the runner, and modules shadowing the environment's."""
     activate = f"{runtime.activation}; " if runtime.activation else ""
     if runtime.official_image:
         activate = f"source {CONDA}/bin/activate; conda activate testbed; "
@@ -456,25 +464,27 @@ async def _environment_modules(sandbox: Sandbox, runtime: Runtime) -> tuple[set[
     )
     # The host's standard library is a floor, should the environment's interpreter not answer.
     environment = set(found.stdout.split()) | RUNNER_MODULES | set(sys.stdlib_module_names)
-    listed = await sandbox.exec(
-        ["/bin/sh", "-c", f"cd {TESTBED} && git ls-files | cut -d/ -f1-2"], env=_GIT_NO_CONFIG, timeout=120
-    )
-    base: set[str] = set()
-    for path in listed.stdout.splitlines():
-        top = path.split("/")[0]
-        base.add(top.removesuffix(".py"))
-        if top == "src" and "/" in path:
-            base.add("src/" + path.split("/")[1].removesuffix(".py"))
-    return environment, base
+    listed = await sandbox.exec(["git", "-C", TESTBED, "ls-files", "-z"], env=_GIT_NO_CONFIG, timeout=120)
+    if not listed.ok:
+        raise envhub.InfrastructureError(
+            f"listing the base repository's files failed: {listed.stderr[-300:]}"
+        )
+    guard = Guard(environment=frozenset(environment), runner=runner_paths(test_command))
+    base = {
+        root + path[len(root) :].split("/")[0].removesuffix(".py")
+        for path in listed.stdout.split("\0")
+        for root in guard.roots
+        if path.startswith(root) and path
+    }
+    return dataclasses.replace(guard, base_modules=frozenset(base))
 
 
 async def _checked_patch(
-    sandbox: Sandbox, runtime: Runtime, patch: str
+    sandbox: Sandbox, guard: Guard, patch: str
 ) -> tuple[FilteredPatch | None, str | None]:
-    """The submission without tests and shadowing modules, or why it cannot be graded (scored 0)."""
-    environment, base = await _environment_modules(sandbox, runtime)
+    """The submission without what it may not change, or why it cannot be graded (scored 0)."""
     try:
-        filtered = filter_patch(patch, environment=environment, base_modules=base)
+        filtered = filter_patch(patch, guard)
     except MalformedPatch as exc:
         return None, f"malformed patch: {exc}"
     if not filtered.kept.strip():
@@ -487,12 +497,9 @@ async def _checked_patch(
     if not numstat.ok:
         return filtered, f"the patch does not apply: {numstat.stderr.strip()[-300:]}"
     touched = _numstat_paths(numstat.stdout)
-    bad = forbidden(touched, environment, base)
-    if bad or not set(touched) <= set(filtered.kept_paths):
-        return (
-            filtered,
-            f"malformed patch: git would touch files its headers hide ({', '.join(bad or touched)})",
-        )
+    hidden = [p for p in touched if p not in filtered.kept_paths or guard.reason(p) is not None]
+    if hidden:
+        return filtered, f"malformed patch: git would touch files its headers hide ({', '.join(hidden)})"
     return filtered, None
 
 
@@ -557,7 +564,8 @@ async def grade(
     log = ""
     async with await runtime.open() as sandbox:
         await _pristine_repo(sandbox, instance, workspace)
-        filtered, problem = await _checked_patch(sandbox, runtime, patch)
+        guard = await _guard(sandbox, runtime, steps.test_command)
+        filtered, problem = await _checked_patch(sandbox, guard, patch)
         if filtered is not None:
             dropped = list(filtered.dropped)
         if problem is None and filtered is not None:

@@ -5,7 +5,7 @@ import pytest
 from envhub_swe.canaries import Canaries
 from envhub_swe.data import load_lite, load_mini
 from envhub_swe.evaluation import adapt_eval_script, cut_test_output, grade_log
-from envhub_swe.patches import filter_patch
+from envhub_swe.patches import Guard, filter_patch, runner_paths
 from test_swe_data import LITE, needs_lite
 
 
@@ -137,3 +137,40 @@ def test_logs_that_cannot_be_trusted_score_zero(log: str, exit_code: int | None,
     assert not report.resolved and report.problem is not None and problem in report.problem
     assert report.fail_to_pass.passed == [] and report.pass_to_pass.passed == []
     assert report.canary == ("void" if "canary" in report.problem else "")
+
+
+RUNNER_COMMAND = (
+    "PYTHONWARNINGS='ignore::UserWarning' python scripts/run_suite.py --verbose pkg/tests/test_core.py"
+)
+
+
+def test_the_runner_and_modules_beside_it_cannot_be_changed() -> None:
+    """The script the command starts is the runner, and its directory is first on its sys.path."""
+    guard = Guard(environment=frozenset({"argparse", "unittest", "pkg"}), runner=runner_paths(RUNNER_COMMAND))
+    guard = Guard(guard.environment, frozenset({"pkg", "scripts/run_suite"}), guard.runner)
+    assert guard.runner == ("scripts/run_suite.py", "pkg/tests/test_core.py")
+    paths = (
+        "scripts/run_suite.py",
+        "scripts/argparse.py",
+        "unittest/__init__.py",
+        "pkg/core.py",
+        "scripts/util.py",
+    )
+    filtered = filter_patch("".join(_hunk(p) for p in paths), guard)
+    assert filtered.kept_paths == ("pkg/core.py", "scripts/util.py")
+    assert filtered.dropped == {
+        "scripts/run_suite.py": "the test runner the eval script starts",
+        "scripts/argparse.py": "shadows the environment's module 'argparse'",
+        "unittest/__init__.py": "shadows the environment's module 'unittest'",
+    }
+
+
+@needs_lite
+def test_no_gold_patch_of_lite_touches_the_runner_or_shadows_the_standard_library() -> None:
+    import sys
+
+    for row in load_lite("test", LITE) + load_lite("dev", LITE):
+        command = adapt_eval_script(row.eval_script).test_command
+        guard = Guard(environment=frozenset(sys.stdlib_module_names), runner=runner_paths(command))
+        filtered = filter_patch(row.patch, guard)
+        assert (filtered.kept, filtered.dropped) == (row.patch, {}), row.instance_id
