@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import stat
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
@@ -30,6 +31,39 @@ class SandboxError(InfrastructureError):
 
 class SandboxUnavailable(SandboxError):
     """The backend cannot run on this machine; the message says what to install or set."""
+
+
+class SandboxTimeout(SandboxError):
+    """A host-side wait on the sandbox ran past its bound; what it waited on was killed or abandoned.
+
+    Every wait of the host (a pipe write, a worker's reply, a cleanup) has a bound, so a wedged sandbox
+    costs the host at most that long, never forever.
+    """
+
+
+MAX_TREE_DEPTH = 256
+"""The deepest directory nesting `download` copies out. Deeper trees are refused (OSError) rather than
+walked: the host's paths would pass PATH_MAX and its walk would hold a descriptor per level."""
+
+
+def not_regular(path: str, mode: int) -> PermissionError:
+    """The refusal for a host-side read or write of a special file the sandbox planted.
+
+    A named pipe would block the host until someone opens its other end (nobody ever does); sockets
+    and devices have no business being copied either.
+    """
+    kind = (
+        "named pipe (FIFO)"
+        if stat.S_ISFIFO(mode)
+        else "socket"
+        if stat.S_ISSOCK(mode)
+        else "device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "special file"
+    )
+    return PermissionError(
+        f"{path} is a {kind}, not a regular file; the host only reads and writes regular files"
+    )
 
 
 class ExecResult(BaseModel):
@@ -110,11 +144,15 @@ class Sandbox(ABC):
 
     @abstractmethod
     async def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None:
-        """Create or replace a file in the writable area, making parent directories."""
+        """Create or replace a file in the writable area, making parent directories.
+
+        A symlink or a special file (a named pipe, say) at the path is refused with PermissionError.
+        """
 
     @abstractmethod
     async def read_file(self, path: str) -> bytes:
-        """The bytes of a file in the sandbox (FileNotFoundError when absent)."""
+        """The bytes of a file in the sandbox (FileNotFoundError when absent; PermissionError for a
+        named pipe or other special file, which is never opened for reading)."""
 
     @abstractmethod
     async def upload_dir(self, local_dir: str | Path, dest: str) -> None:
@@ -122,7 +160,11 @@ class Sandbox(ABC):
 
     @abstractmethod
     async def download(self, path: str, local_dest: str | Path) -> None:
-        """Copy a file or directory out of the sandbox; symlinks are not followed."""
+        """Copy a file or directory out of the sandbox; symlinks and special files inside are skipped.
+
+        A special file at `path` itself is refused (PermissionError), and so is a tree nested deeper
+        than MAX_TREE_DEPTH (OSError).
+        """
 
     @abstractmethod
     def report(self) -> IsolationReport:
@@ -133,6 +175,9 @@ class Sandbox(ABC):
 
     async def reset(self) -> None:
         """Return to a fresh state (no processes, empty writable area) so a pool can reuse the sandbox.
+
+        Whatever the last episode left (a wedged process, a tree deeper than PATH_MAX), the sandbox is
+        usable afterwards, or the call raises SandboxError and the sandbox should be closed.
 
         Backends that cannot do this safely raise NotImplementedError, and pools destroy them instead.
         """

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import io
 import json
 import socket
+import stat
 import tarfile
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,11 +30,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from envhub.sandbox import seccomp
 from envhub.sandbox.base import (
+    MAX_TREE_DEPTH,
     Command,
     ExecResult,
     Sandbox,
     SandboxError,
     SandboxUnavailable,
+    not_regular,
     sandbox_path,
     to_argv,
 )
@@ -211,10 +216,11 @@ class DockerSandbox(Sandbox):
         raw.settimeout(limit + HOST_GRACE_S)
         out, err = bytearray(), bytearray()
         cut = False
+        # stdin is sent by its own thread while this one reads: a command that never reads its stdin
+        # must not hold the host past its own timeout (which ends the stream).
+        sender = threading.Thread(target=_send_stdin, args=(raw, stdin or b""), daemon=True)
+        sender.start()
         try:
-            if stdin:
-                raw.sendall(stdin)
-            raw.shutdown(socket.SHUT_WR)  # EOF on the command's stdin
             for stream, data in frames_iter(sock, tty=False):  # type: ignore[no-untyped-call]
                 buf = out if stream == 1 else err
                 room = cap - len(buf)
@@ -222,7 +228,10 @@ class DockerSandbox(Sandbox):
                     buf += data[:room]
                 cut = cut or len(data) > room
         finally:
+            with contextlib.suppress(OSError):
+                raw.shutdown(socket.SHUT_RDWR)  # wakes a sender still blocked on the command's stdin
             sock.close()
+            sender.join(HOST_GRACE_S)
         wall = time.monotonic() - started
         code = api.exec_inspect(exec_id)["ExitCode"]
         return bytes(out), bytes(err), cut, int(code if code is not None else -1), wall
@@ -304,21 +313,32 @@ class DockerSandbox(Sandbox):
     async def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None:
         target = str(sandbox_path(path, self.policy.workdir))
         payload = data.encode() if isinstance(data, str) else data
-        script = 'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"'
+        # stdin is read in full before a refusal, so the host's write of it never waits on the command.
+        script = (
+            f"{_SPECIAL_CHECK.replace('exit 3', 'cat >/dev/null; exit 3')}"
+            'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod "$2" "$1"'
+        )
         _, err, _, code, _, _ = await self._run(
             ["sh", "-c", script, "sh", target, f"{mode:o}"], stdin=payload
         )
         if code != 0:
-            raise PermissionError(f"writing {target} in the container failed: {err.decode(errors='replace')}")
+            message = err.decode(errors="replace")
+            raise _refused(err, path) or PermissionError(
+                f"writing {target} in the container failed: {message}"
+            )
 
     async def read_file(self, path: str) -> bytes:
         target = str(sandbox_path(path, self.policy.workdir))
         saved, self.policy = self.policy, self.policy.model_copy(update={"max_output_bytes": 1 << 30})
         try:
-            out, err, _, code, _, _ = await self._run(["cat", "--", target])
+            script = _SPECIAL_CHECK.replace('[ -L "$1" ]', "false") + 'exec cat -- "$1"'
+            out, err, _, code, _, _ = await self._run(["sh", "-c", script, "sh", target])
         finally:
             self.policy = saved
         if code != 0:
+            refused = _refused(err, path)
+            if refused is not None:
+                raise refused
             message = err.decode(errors="replace")
             if "No such file" in message:
                 raise FileNotFoundError(path)
@@ -341,12 +361,23 @@ class DockerSandbox(Sandbox):
         target = sandbox_path(path, self.policy.workdir)
         saved, self.policy = self.policy, self.policy.model_copy(update={"max_output_bytes": 1 << 30})
         try:
+            # Refused in the container before anything is sent: a special file or symlink at the path
+            # itself, and trees too deep to recreate on the host (PATH_MAX).
+            script = (
+                'cd "$2" || exit 1; '
+                + _SPECIAL_CHECK
+                + f'if [ -n "$(find "$1" -mindepth {MAX_TREE_DEPTH + 1} -type d -print -quit)" ]; then '
+                'echo "envhub-refused deep" >&2; exit 3; fi; exec tar -c -- "$1"'
+            )
             out, err, _, code, _, _ = await self._run(
-                ["tar", "-c", "-C", str(target.parent), "--", target.name or "."]
+                ["sh", "-c", script, "sh", target.name or ".", str(target.parent)]
             )
         finally:
             self.policy = saved
         if code != 0:
+            refused = _refused(err, path)
+            if refused is not None:
+                raise refused
             raise FileNotFoundError(f"{path}: {err.decode(errors='replace').strip()}")
         await asyncio.to_thread(_extract, out, target.name, Path(local_dest))
 
@@ -430,6 +461,44 @@ class DockerSandbox(Sandbox):
         )
 
 
+def _send_stdin(raw: socket.socket, data: bytes) -> None:
+    """Send a command's stdin, then EOF; a command that exits without reading it ends this early."""
+    with contextlib.suppress(OSError):
+        if data:
+            raw.sendall(data)
+        raw.shutdown(socket.SHUT_WR)
+
+
+_SPECIAL_CHECK = (
+    'if [ -L "$1" ]; then echo "envhub-refused symlink" >&2; exit 3; fi; '
+    'if [ -p "$1" ]; then echo "envhub-refused fifo" >&2; exit 3; fi; '
+    'if [ -S "$1" ]; then echo "envhub-refused socket" >&2; exit 3; fi; '
+    'if [ -c "$1" ] || [ -b "$1" ]; then echo "envhub-refused device" >&2; exit 3; fi; '
+)
+"""Shell that refuses a symlink or special file at "$1", saying which on stderr (see `_refused`).
+
+Race-free here: every exec ends by killing every process of the exec uid, so nothing of the agent's
+runs between this check and the command after it."""
+_KIND_MODES = {"fifo": stat.S_IFIFO, "socket": stat.S_IFSOCK, "device": stat.S_IFCHR}
+
+
+def _refused(err: bytes, path: str) -> OSError | None:
+    """The host-side error for a refusal `_SPECIAL_CHECK` (or the depth check) printed, if any."""
+    text = err.decode(errors="replace")
+    if "envhub-refused symlink" in text:
+        return PermissionError(f"{path} is a symlink; the host does not follow links the sandbox made")
+    if "envhub-refused deep" in text:
+        return OSError(
+            errno.ENAMETOOLONG,
+            f"{path} is nested deeper than {MAX_TREE_DEPTH} directories; not copied "
+            "(archive it inside the sandbox and download the archive)",
+        )
+    for kind, mode in _KIND_MODES.items():
+        if f"envhub-refused {kind}" in text:
+            return not_regular(path, mode)
+    return None
+
+
 def _oom_kills(path: Path | None) -> int:
     if path is None:
         return 0
@@ -459,7 +528,8 @@ def _extract(data: bytes, name: str, dest: Path) -> None:
         prefix = f"{name}/" if name else ""
         dest.mkdir(parents=True, exist_ok=True)
         for member in members:
-            if member.issym() or member.islnk() or not member.name.startswith(prefix):
+            # Symlinks, hard links, pipes and devices are skipped, as the local backend skips them.
+            if not (member.isfile() or member.isdir()) or not member.name.startswith(prefix):
                 continue
             member.name = member.name[len(prefix) :]
             if member.name:

@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import itertools
 import json
 import math
 import os
@@ -21,17 +22,21 @@ import shutil
 import signal
 import stat
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 from envhub.sandbox import seccomp
 from envhub.sandbox.base import (
+    MAX_TREE_DEPTH,
     Command,
     ExecResult,
     Sandbox,
     SandboxError,
+    SandboxTimeout,
     SandboxUnavailable,
+    not_regular,
     sandbox_path,
     to_argv,
 )
@@ -58,6 +63,11 @@ ETC_FILES = (
 NETWORK_ETC_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 KILL_GRACE_S = 5.0
+"""How long a SIGKILLed command may take to die and close its pipes before the host gives up on it."""
+START_TIMEOUT_S = 30.0
+"""The bound on host-side steps that do not run agent code: asking bwrap its version."""
+CLEANUP_TIMEOUT_S = 60.0
+"""The bound on emptying a writable area that is a plain directory (no tmpfs to swap: not root)."""
 
 _bwrap: tuple[str, tuple[int, ...]] | None = None
 
@@ -85,7 +95,12 @@ async def bwrap_info() -> tuple[str, tuple[int, ...]]:
         proc = await asyncio.create_subprocess_exec(
             path, "--version", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
         )
-        out, _ = await proc.communicate()
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), START_TIMEOUT_S)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            raise SandboxUnavailable(f"{path} --version did not answer in {START_TIMEOUT_S:g} s") from None
         try:
             version = tuple(int(x) for x in out.decode().split()[-1].split("."))
         except (IndexError, ValueError):
@@ -173,15 +188,7 @@ class LocalSandbox(Sandbox):
             slot.limit(policy)
             _sweep_stale_scratch()
             scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
-            if os.geteuid() == 0:
-                _mount_tmpfs(
-                    str(scratch),
-                    f"size={policy.disk_mb * MiB},nr_inodes={policy.max_files},mode=0700,"
-                    f"uid={slot.uid},gid={slot.uid}",
-                )
-            for area in ("work", "tmp", "shm"):
-                (scratch / area).mkdir(mode=0o700)
-                os.chown(scratch / area, slot.uid, slot.uid)
+            _fill_scratch(scratch, policy, slot.uid)
         except BaseException:
             if scratch is not None:
                 _remove_scratch(scratch)
@@ -308,32 +315,31 @@ class LocalSandbox(Sandbox):
         started = loop.time()
         pipe = asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL
         proc, status_r = await self._start(argv, env=env, cwd=cwd, stdin=pipe)
-        cap = self.policy.max_output_bytes
         assert proc.stdout is not None and proc.stderr is not None
-        out_task = asyncio.create_task(_read_capped(proc.stdout, cap))
-        err_task = asyncio.create_task(_read_capped(proc.stderr, cap))
+        out, err = _Capture(self.policy.max_output_bytes), _Capture(self.policy.max_output_bytes)
+        tasks = [asyncio.create_task(out.read(proc.stdout)), asyncio.create_task(err.read(proc.stderr))]
+        if stdin is not None:
+            # Fed alongside the wait, not before it: a command that never reads its stdin (or writes
+            # it into a pipe nobody reads) must not stall the host past the command's own limit.
+            assert proc.stdin is not None
+            tasks.append(asyncio.create_task(_feed(proc.stdin, stdin)))
         timed_out = False
         try:
-            if stdin is not None:
-                assert proc.stdin is not None
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    proc.stdin.write(stdin.encode() if isinstance(stdin, str) else stdin)
-                    await proc.stdin.drain()
-                    proc.stdin.close()
             try:
                 await asyncio.wait_for(proc.wait(), max(0.0, limit - (loop.time() - started)))
             except TimeoutError:
                 timed_out = True
                 await self._kill(proc)
-            (out, out_cut), (err, err_cut) = await asyncio.wait_for(
-                asyncio.gather(out_task, err_task), KILL_GRACE_S
-            )
+            # The pipes are at EOF once the sandbox's pid namespace is gone; the grace only bounds it.
+            _, unread = await asyncio.wait(tasks[:2], timeout=KILL_GRACE_S)
+            if unread:
+                out.cut = err.cut = True
         finally:
             killed = timed_out or proc.returncode is None
             if proc.returncode is None:  # cancelled, or a failure above: leave nothing running
                 await asyncio.shield(self._kill(proc))
-            out_task.cancel()
-            err_task.cancel()
+            for task in tasks:
+                task.cancel()
             self._children.discard(proc)
             status = _read_status(status_r)
             if killed and isinstance(status.get("child-pid"), int):
@@ -345,18 +351,18 @@ class LocalSandbox(Sandbox):
         if "child-pid" not in status and not timed_out:
             raise SandboxError(
                 f"bubblewrap could not set up the sandbox (exit {proc.returncode}): "
-                f"{err.decode(errors='replace').strip()}"
+                f"{err.data.decode(errors='replace').strip()}"
             )
         assert proc.returncode is not None
         code = -1 if timed_out else proc.returncode
         oom = slot.oom_kills() > oom_before
         return ExecResult(
-            stdout=out.decode(errors="replace"),
-            stderr=err.decode(errors="replace"),
+            stdout=out.data.decode(errors="replace"),
+            stderr=err.data.decode(errors="replace"),
             exit_code=code,
             timed_out=timed_out,
             oom_killed=oom,
-            output_truncated=out_cut or err_cut,
+            output_truncated=out.cut or err.cut,
             wall_time_s=wall,
             cpu_time_s=slot.cpu_time(),
             peak_memory_bytes=slot.peak_memory(),
@@ -379,16 +385,28 @@ class LocalSandbox(Sandbox):
             task.add_done_callback(self._reapers.discard)
 
     async def _kill(self, proc: asyncio.subprocess.Process) -> None:
-        """Kill one command's whole tree: bwrap's process group; its pid namespace dies with its init."""
+        """Kill one command's whole tree: bwrap's process group; its pid namespace dies with its init.
+
+        Raises SandboxTimeout if it is not gone within KILL_GRACE_S (a process stuck in the kernel).
+        """
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
-        await proc.wait()
-        self._children.discard(proc)
-        fd = self._status_fds.pop(proc, None)
-        if fd is not None:
-            self._reap_later(_read_status(fd))
+        if proc.stdin is not None and not proc.stdin.transport.is_closing():
+            proc.stdin.transport.abort()  # nobody is left to read what is still queued for it
+        try:
+            await asyncio.wait_for(proc.wait(), KILL_GRACE_S)
+        except TimeoutError:
+            raise SandboxTimeout(
+                f"a sandbox process (pid {proc.pid}) did not die within {KILL_GRACE_S:g} s of SIGKILL; "
+                "close this sandbox and open a new one"
+            ) from None
+        finally:
+            self._children.discard(proc)
+            fd = self._status_fds.pop(proc, None)
+            if fd is not None:
+                self._reap_later(_read_status(fd))
 
     # -- files ----------------------------------------------------------------------------------------
 
@@ -436,7 +454,8 @@ class LocalSandbox(Sandbox):
         where = self._host_path(path)
         if where is None:
             raise PermissionError(f"{path} is outside the sandbox's writable area; copy it there first")
-        await asyncio.to_thread(_download_beneath, where[0], where[1], Path(local_dest))
+        deadline = time.monotonic() + self.policy.wall_time_s
+        await asyncio.to_thread(_download_beneath, where[0], where[1], Path(local_dest), deadline)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -445,7 +464,23 @@ class LocalSandbox(Sandbox):
         for proc in list(self._children):
             await self._kill(proc)
         await self._slot.kill_all()
-        await asyncio.to_thread(_empty_areas, list(self._areas.values()), self._slot.uid)
+        await asyncio.to_thread(self._renew_scratch)
+
+    def _renew_scratch(self) -> None:
+        """Empty the writable area in a time that does not depend on what the sandbox left in it.
+
+        As root the scratch tmpfs is unmounted and a fresh one mounted: the old one, however deep or
+        full, goes at once. Otherwise each area is removed by an iterative walk with a deadline.
+        """
+        if self._mounted:
+            _umount(str(self._scratch))
+            _fill_scratch(self._scratch, self.policy, self._slot.uid)
+            return
+        deadline = time.monotonic() + CLEANUP_TIMEOUT_S
+        for area in self._areas.values():
+            _remove_tree(area, deadline=deadline)
+            area.mkdir(mode=0o700)
+            os.chown(area, self._slot.uid, self._slot.uid)
 
     async def _close(self) -> None:
         try:
@@ -546,17 +581,34 @@ class LocalSandbox(Sandbox):
 # -- helpers ------------------------------------------------------------------------------------------
 
 
-async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, bool]:
-    """Read to EOF, keeping the first `cap` bytes; the rest is drained so the writer never blocks."""
-    kept = bytearray()
-    cut = False
-    while chunk := await stream.read(65536):
-        room = cap - len(kept)
-        if room > 0:
-            kept += chunk[:room]
-        if len(chunk) > room:
-            cut = True
-    return bytes(kept), cut
+class _Capture:
+    """One output stream of a command: the first `cap` bytes, kept even if reading is cut short."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.kept = bytearray()
+        self.cut = False
+
+    async def read(self, stream: asyncio.StreamReader) -> None:
+        """Read to EOF; bytes past the cap are drained and dropped, so the writer never blocks."""
+        while chunk := await stream.read(65536):
+            room = self.cap - len(self.kept)
+            if room > 0:
+                self.kept += chunk[:room]
+            if len(chunk) > room:
+                self.cut = True
+
+    @property
+    def data(self) -> bytes:
+        return bytes(self.kept)
+
+
+async def _feed(pipe: asyncio.StreamWriter, data: str | bytes) -> None:
+    """Write a command's stdin and close it; the caller bounds this by the command's own timeout."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        pipe.write(data.encode() if isinstance(data, str) else data)
+        await pipe.drain()
+        pipe.close()
 
 
 def _read_status(fd: int) -> dict[str, Any]:
@@ -576,12 +628,17 @@ def _read_status(fd: int) -> dict[str, Any]:
     return status
 
 
-def _empty_areas(areas: list[Path], uid: int) -> None:
-    # rmtree never follows symlinks (it works from directory fds), so planted links cannot redirect it.
-    for area in areas:
-        shutil.rmtree(area)
-        area.mkdir(mode=0o700)
-        os.chown(area, uid, uid)
+def _fill_scratch(scratch: Path, policy: IsolationPolicy, uid: int) -> None:
+    """Make the (empty) scratch directory a sandbox's writable area: a capped tmpfs (as root) and the
+    workdir, /tmp and /dev/shm directories in it, owned by the slot's uid."""
+    if os.geteuid() == 0:
+        _mount_tmpfs(
+            str(scratch),
+            f"size={policy.disk_mb * MiB},nr_inodes={policy.max_files},mode=0700,uid={uid},gid={uid}",
+        )
+    for area in ("work", "tmp", "shm"):
+        (scratch / area).mkdir(mode=0o700)
+        os.chown(scratch / area, uid, uid)
 
 
 SCRATCH_PREFIX = "envhub-sandbox-"
@@ -605,11 +662,84 @@ def _sweep_stale_scratch() -> None:
 
 
 def _remove_scratch(scratch: Path) -> None:
+    """Remove a scratch area: as root its tmpfs goes with the unmount, leaving an empty mount point."""
     if os.geteuid() == 0:
         _umount(str(scratch))
-    shutil.rmtree(scratch, ignore_errors=True)
+    _remove_tree(scratch, deadline=time.monotonic() + CLEANUP_TIMEOUT_S)
+
+
+def _remove_tree(path: Path, *, deadline: float) -> None:
+    """Delete a directory tree of any depth, never following a symlink, by `deadline` (monotonic).
+
+    `shutil.rmtree` recurses (RecursionError past ~1000 levels) and holds a descriptor per level; a
+    sandbox can nest directories far deeper. Here a non-empty subdirectory is emptied by moving its
+    entries up one level, so the walk holds two descriptors, builds no path and needs no recursion.
+    Directories the sandbox made unreadable (mode 000, same uid when not root) are made readable.
+    """
+    try:
+        top = _open_dir_forcibly(str(path), None)
+    except FileNotFoundError:
+        return
+    try:
+        serial = itertools.count()
+        while names := os.listdir(top):
+            for name in names:
+                if time.monotonic() > deadline:
+                    raise SandboxTimeout(f"removing {path} took longer than {CLEANUP_TIMEOUT_S:g} s")
+                _remove_entry(top, name, serial)
+    finally:
+        os.close(top)
     with contextlib.suppress(FileNotFoundError):
-        scratch.rmdir()
+        os.rmdir(path)
+
+
+def _remove_entry(fd: int, name: str, serial: Iterator[int]) -> None:
+    """Remove one entry of the directory at fd; a non-empty directory is emptied into fd instead."""
+    try:
+        os.unlink(name, dir_fd=fd)
+        return
+    except FileNotFoundError:
+        return
+    except IsADirectoryError:
+        pass
+    try:
+        os.rmdir(name, dir_fd=fd)
+        return
+    except OSError as exc:
+        if exc.errno != errno.ENOTEMPTY:
+            raise
+    child = _open_dir_forcibly(name, fd)
+    try:
+        for entry in os.listdir(child):
+            while True:  # a fresh name in fd; a taken one is retried (or replaced: it is going anyway)
+                try:
+                    os.rename(entry, f".envhub-rm-{next(serial)}", src_dir_fd=child, dst_dir_fd=fd)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                        raise
+    finally:
+        os.close(child)
+    os.rmdir(name, dir_fd=fd)
+
+
+def _open_dir_forcibly(name: str, dir_fd: int | None) -> int:
+    """Open a directory (never through a symlink), first giving ourselves rwx on it if we lack it.
+
+    Only needed when not root: the sandbox then runs as our own uid and can chmod its directories.
+    """
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except PermissionError:
+        pinned = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            os.chmod(f"/proc/self/fd/{pinned}", 0o700)  # the pinned inode, not whatever is at name now
+        finally:
+            os.close(pinned)
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    if os.geteuid() != 0 and os.fstat(fd).st_mode & 0o700 != 0o700:
+        os.fchmod(fd, 0o700)  # to unlink and rename entries in it
+    return fd
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -637,6 +767,13 @@ def _open_dir_beneath(root: Path, parts: list[str], *, make: bool, uid: int) -> 
                 except FileExistsError:
                     pass  # a concurrent write made it first
                 nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and stat.S_ISLNK(_mode(part, fd)):
+                    raise PermissionError(
+                        f"{part} (in {'/'.join(parts)}) is a symlink; the host does not follow links the "
+                        "sandbox made"
+                    ) from exc
+                raise
             os.close(fd)
             fd = nfd
     except BaseException:
@@ -646,14 +783,20 @@ def _open_dir_beneath(root: Path, parts: list[str], *, make: bool, uid: int) -> 
 
 
 def _write_beneath(root: Path, parts: list[str], data: bytes, mode: int, uid: int) -> None:
+    path = "/".join(parts)
     dfd = _open_dir_beneath(root, parts[:-1], make=True, uid=uid)
     try:
-        # O_NONBLOCK: a named pipe planted by the sandbox must fail at once, not block a host thread.
+        # O_NONBLOCK: a named pipe planted by the sandbox fails at once (ENXIO) or is seen by fstat,
+        # instead of blocking a host thread until someone opens its other end.
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-        fd = os.open(parts[-1], flags, mode, dir_fd=dfd)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        try:
+            fd = os.open(parts[-1], flags, mode, dir_fd=dfd)
+        except OSError as exc:
+            raise _refusal(exc, path, parts[-1], dfd) from exc
+        found = os.fstat(fd).st_mode
+        if not stat.S_ISREG(found):
             os.close(fd)
-            raise PermissionError(f"{'/'.join(parts)} is not a regular file; not written from the host")
+            raise not_regular(path, found)
         os.ftruncate(fd, 0)
         with os.fdopen(fd, "wb") as f:
             os.fchown(f.fileno(), uid, uid)
@@ -664,6 +807,7 @@ def _write_beneath(root: Path, parts: list[str], data: bytes, mode: int, uid: in
 
 
 def _read_beneath(root: Path, parts: list[str]) -> bytes:
+    path = "/".join(parts)
     dfd = _open_dir_beneath(root, parts[:-1], make=False, uid=-1)
     try:
         try:
@@ -671,15 +815,30 @@ def _read_beneath(root: Path, parts: list[str]) -> bytes:
             flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
             fd = os.open(parts[-1], flags, dir_fd=dfd)
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise PermissionError(f"{'/'.join(parts)} is a symlink; not followed from the host") from exc
-            raise
+            raise _refusal(exc, path, parts[-1], dfd) from exc
         with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise IsADirectoryError("/".join(parts))
+            mode = os.fstat(f.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(f"{path} is a directory")
+            if not stat.S_ISREG(mode):
+                raise not_regular(path, mode)
             return f.read()
     finally:
         os.close(dfd)
+
+
+def _mode(name: str, dir_fd: int) -> int:
+    return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+
+
+def _refusal(exc: OSError, path: str, name: str, dir_fd: int) -> OSError:
+    """The error to raise for a failed open of `name`: symlinks and special files said plainly."""
+    if exc.errno == errno.ELOOP:
+        return PermissionError(f"{path} is a symlink; the host does not follow links the sandbox made")
+    if exc.errno == errno.ENXIO:  # a pipe with no reader, or a socket
+        with contextlib.suppress(OSError):
+            return not_regular(path, _mode(name, dir_fd))
+    return exc
 
 
 def _upload_beneath(local: Path, root: Path, parts: list[str], uid: int) -> None:
@@ -695,40 +854,84 @@ def _upload_beneath(local: Path, root: Path, parts: list[str], uid: int) -> None
             _write_beneath(root, [*parts, *rel, name], src.read_bytes(), src.stat().st_mode & 0o777, uid)
 
 
-def _download_beneath(root: Path, parts: list[str], dest: Path) -> None:
+_OPEN_ENTRY = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def _download_beneath(root: Path, parts: list[str], dest: Path, deadline: float) -> None:
+    path = "/".join(parts) or "."
     parent = _open_dir_beneath(root, parts[:-1], make=False, uid=-1) if parts else None
     try:
         if parent is None:
             fd = os.open(root, _DIR_FLAGS)
         else:
             try:
-                fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+                fd = os.open(parts[-1], _OPEN_ENTRY, dir_fd=parent)
             except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise PermissionError(f"{'/'.join(parts)} is a symlink; not followed") from exc
-                raise
-        _copy_out(fd, dest)
+                raise _refusal(exc, path, parts[-1], parent) from exc
     finally:
         if parent is not None:
             os.close(parent)
-
-
-def _copy_out(fd: int, dest: Path) -> None:
-    """Copy an open file or directory to dest; symlinks and special files inside are skipped."""
     try:
-        st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode):
-            with os.fdopen(os.dup(fd), "rb") as src:
-                dest.write_bytes(src.read())
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            with os.fdopen(os.dup(fd), "rb") as src, open(dest, "wb") as out:
+                shutil.copyfileobj(src, out)
             return
-        if not stat.S_ISDIR(st.st_mode):
-            return
+        if not stat.S_ISDIR(mode):
+            raise not_regular(path, mode)
         dest.mkdir(parents=True, exist_ok=True)
-        for name in os.listdir(fd):
-            try:
-                child = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=fd)
-            except OSError:
-                continue  # a symlink (ELOOP) or vanished
-            _copy_out(child, dest / name)
+        _copy_tree(os.dup(fd), os.open(dest, _DIR_FLAGS), path, deadline)
     finally:
         os.close(fd)
+
+
+def _copy_tree(src: int, dst: int, path: str, deadline: float) -> None:
+    """Copy the directory open at src into the one open at dst (both fds are consumed).
+
+    Iterative, with a descriptor pair per level (capped at MAX_TREE_DEPTH) and no path ever built:
+    the sandbox decides how deep the tree is. Symlinks and special files are skipped.
+    """
+    stack = [(src, dst, iter(os.listdir(src)))]
+    try:
+        while stack:
+            sfd, dfd, names = stack[-1]
+            name = next(names, None)
+            if name is None:
+                stack.pop()
+                os.close(sfd)
+                os.close(dfd)
+                continue
+            if time.monotonic() > deadline:
+                raise SandboxTimeout(f"downloading {path} ran past the sandbox's wall time")
+            try:
+                child = os.open(name, _OPEN_ENTRY, dir_fd=sfd)
+            except OSError:
+                continue  # a symlink (ELOOP), or gone
+            mode = os.fstat(child).st_mode
+            if stat.S_ISREG(mode):
+                _copy_file(child, name, dfd)
+            elif stat.S_ISDIR(mode) and len(stack) <= MAX_TREE_DEPTH:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=dfd)
+                stack.append((child, os.open(name, _DIR_FLAGS, dir_fd=dfd), iter(os.listdir(child))))
+            elif stat.S_ISDIR(mode):
+                os.close(child)
+                raise OSError(
+                    errno.ENAMETOOLONG,
+                    f"{path} is nested deeper than {MAX_TREE_DEPTH} directories; not copied further "
+                    "(archive it inside the sandbox and download the archive)",
+                )
+            else:
+                os.close(child)  # a named pipe, socket or device: never opened for reading
+    finally:
+        for sfd, dfd, _ in stack:
+            os.close(sfd)
+            os.close(dfd)
+
+
+def _copy_file(src: int, name: str, dst_dir: int) -> None:
+    """Copy the regular file open at src (consumed) to `name` in the directory open at dst_dir."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    out = os.open(name, flags, 0o644, dir_fd=dst_dir)
+    with os.fdopen(src, "rb") as reader, os.fdopen(out, "wb") as writer:
+        shutil.copyfileobj(reader, writer)

@@ -15,6 +15,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
+from pydantic import ValidationError
+
 from envhub.sandbox.base import ExecResult, SandboxError
 
 if TYPE_CHECKING:
@@ -83,10 +85,14 @@ class PythonWorker:
             assert proc is not None and proc.stdin is not None and proc.stdout is not None
             loop = asyncio.get_running_loop()
             started = loop.time()
+            garbled = False
             try:
-                proc.stdin.write(json.dumps({"code": code, "timeout": limit}).encode() + b"\n")
-                await proc.stdin.drain()
-                line = await asyncio.wait_for(proc.stdout.readline(), limit + KILL_GRACE_S)
+                # One deadline for the whole round trip, the request's write included: an interpreter
+                # that stopped reading (SIGSTOPped, wedged) leaves a large request stuck in the pipe.
+                async with asyncio.timeout(limit + KILL_GRACE_S):
+                    proc.stdin.write(json.dumps({"code": code, "timeout": limit}).encode() + b"\n")
+                    await proc.stdin.drain()
+                    line = await proc.stdout.readline()
             except TimeoutError:
                 await self._kill()
                 return ReplResult(
@@ -100,28 +106,31 @@ class PythonWorker:
                 )
             except (BrokenPipeError, ConnectionResetError):
                 line = b""
+            except ValueError:  # a reply line past the stream's limit: the snippet wrote into the protocol
+                line, garbled = b"", True
             except BaseException:
                 await asyncio.shield(self._kill())  # cancelled mid-call: the protocol is out of step
                 raise
-            try:
-                reply = json.loads(line) if line else None
-            except json.JSONDecodeError:
-                reply = None
-            if not isinstance(reply, dict):
+            reply = _parse_reply(line, loop.time() - started)
+            if reply is None:
                 # The interpreter died (os._exit, OOM kill, a crash) or garbled its own protocol.
+                garbled = garbled or bool(line)
                 await self._kill()
-                exit_code = proc.returncode if proc.returncode is not None else -1
+                exit_code = -1 if garbled or proc.returncode is None else proc.returncode
+                what = (
+                    "sent no readable reply (its code wrote into the protocol channel) and was killed"
+                    if garbled
+                    else f"exited (status {exit_code})"
+                )
                 return ReplResult(
                     stdout="",
-                    stderr=f"the interpreter exited (status {exit_code}); its state is lost\n"
-                    + (await self._stderr_text()),
+                    stderr=f"the interpreter {what}; its state is lost\n" + (await self._stderr_text()),
                     exit_code=exit_code if exit_code != 0 else 1,
                     oom_killed=exit_code in (137, -9),
                     wall_time_s=loop.time() - started,
                     session_lost=True,
                 )
-            # The round trip as the caller lived it, not just the time inside the interpreter.
-            return ReplResult.model_validate({**reply, "wall_time_s": loop.time() - started})
+            return reply
 
     async def _kill(self) -> None:
         proc = self._proc
@@ -158,6 +167,20 @@ class PythonWorker:
         traceback: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _parse_reply(line: bytes, wall_time_s: float) -> ReplResult | None:
+    """The server's reply, or None for anything else (EOF, or bytes the snippet pushed into the pipe).
+
+    The wall time is the round trip as the caller lived it, not just the time inside the interpreter.
+    """
+    try:
+        reply = json.loads(line) if line else None
+        if not isinstance(reply, dict):
+            return None
+        return ReplResult.model_validate({**reply, "wall_time_s": wall_time_s})
+    except (json.JSONDecodeError, UnicodeDecodeError, ValidationError):
+        return None
 
 
 async def _tail(stream: asyncio.StreamReader, keep: int = 65536) -> bytes:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import envhub.sandbox as sandbox
 from envhub.sandbox import IsolationPolicy, Sandbox
 from tests.sandbox.conftest import open_backend
 
@@ -303,3 +304,119 @@ async def test_host_is_still_healthy_after_the_suite(sb: Sandbox) -> None:
     assert subprocess.run(["true"], check=False).returncode == 0
     r = await sb.exec("echo canary")
     assert r.stdout.strip() == "canary"
+
+
+# -- host-side waits: nothing the sandbox holds may stall the host ---------------------------------------
+
+DEEP = 5000
+_DEEP_TREE = (
+    "import os, sys\n"
+    "os.chdir(sys.argv[1])\n"
+    "for _ in range(int(sys.argv[2])):\n"
+    "    os.mkdir('d'); os.chdir('d')\n"  # relative steps: the full path is far past PATH_MAX
+    "open('leaf', 'w').write('bottom')\n"
+    "print('deep')"
+)
+
+
+async def _make_deep_tree(sb: Sandbox, under: str, depth: int = DEEP) -> None:
+    r = await sb.exec([PY, "-c", _DEEP_TREE, under, str(depth)], timeout=60)
+    assert r.stdout.strip() == "deep", r.stderr
+
+
+@pytest.mark.timeout(180)
+async def test_a_tree_deeper_than_path_max_breaks_no_download_reset_or_close(
+    backend: str, tmp_path: Path
+) -> None:
+    """5000 nested directories: past Python's recursion limit and PATH_MAX, on host-side walks."""
+    async with await open_backend(backend, IsolationPolicy(wall_time_s=60)) as sb:
+        await sb.exec("mkdir -p /work/deep /work/shallow /tmp/deep", timeout=10)
+        await _make_deep_tree(sb, "/work/deep")
+        await _make_deep_tree(sb, "/work/shallow", depth=50)
+        # Too deep to copy out: refused with a clear error, not a crash of the host-side walk.
+        with pytest.raises(OSError, match="deeper than"):
+            await sb.download("deep", tmp_path / "deep")
+        await sb.download("shallow", tmp_path / "shallow")
+        assert (tmp_path / "shallow" / Path(*["d"] * 50) / "leaf").read_text() == "bottom"
+        assert (await sb.exec("echo alive", timeout=10)).stdout == "alive\n"
+        if backend == "local":  # the only backend that recycles
+            await _make_deep_tree(sb, "/tmp/deep")
+            await sb.reset()
+            r = await sb.exec("ls -A /work /tmp", timeout=10)
+            assert r.stdout.split() == ["/tmp:", "/work:"]
+            await sb.exec("mkdir /work/again", timeout=10)
+            await _make_deep_tree(sb, "/work/again")
+    # Closed with the tree in place: the leak check of every test sees no scratch directory left.
+
+
+@pytest.mark.timeout(120)
+async def test_named_pipes_at_host_file_paths_are_refused_not_waited_on(sb: Sandbox, tmp_path: Path) -> None:
+    """Nothing ever opens the other end: a host read, write or copy that opens the pipe waits forever."""
+    r = await sb.exec("mkfifo /work/pipe && mkdir /work/d && mkfifo /work/d/pipe && echo ok > /work/d/f")
+    assert r.ok, r.stderr
+    for path in ("pipe", "d/pipe", "/work/d/pipe"):
+        with pytest.raises(OSError, match="named pipe"):
+            await sb.read_file(path)
+        with pytest.raises(OSError, match="named pipe"):
+            await sb.write_file(path, b"x" * (1 << 20))  # more than a pipe buffer holds
+        with pytest.raises(OSError, match="named pipe"):
+            await sb.download(path, tmp_path / "out")
+    # Inside a downloaded tree a pipe is skipped, like a symlink; the regular file comes out.
+    await sb.download("d", tmp_path / "d")
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["f"]
+    assert (await sb.exec("echo alive", timeout=10)).stdout == "alive\n"
+
+
+@pytest.mark.timeout(120)
+async def test_stdin_the_command_never_reads_cannot_block_the_host(sb: Sandbox) -> None:
+    """4 MiB of stdin to a command that never reads it: the write must end with the command's timeout."""
+    r = await sb.exec(["sleep", "30"], stdin=b"x" * (4 << 20), timeout=2)
+    assert r.timed_out and r.exit_code == -1
+    # The same through a write path an agent can set up: a shell redirection into a pipe nobody reads.
+    await sb.exec("mkfifo /work/pipe", timeout=10)
+    r = await sb.exec(["sh", "-c", "cat > /work/pipe"], stdin=b"x" * (4 << 20), timeout=2)
+    assert r.timed_out
+    assert (await sb.exec("echo alive", timeout=10)).stdout == "alive\n"
+
+
+@pytest.mark.timeout(120)
+async def test_a_worker_that_stops_itself_cannot_block_the_host() -> None:
+    """The interpreter SIGSTOPs itself after replying; the next request is bigger than a pipe buffer."""
+    async with sandbox.open("local", policy=IsolationPolicy(wall_time_s=20)) as sb, await sb.python() as py:
+        r = await py.run(
+            "import os, signal, threading\n"
+            "threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGSTOP)).start()"
+        )
+        assert r.ok, r.stderr
+        await asyncio.sleep(1)
+        r = await py.run("x = 1\n" + "#" * (1 << 20), timeout=2)
+        assert r.timed_out and r.session_lost
+        assert (await py.run("1 + 1")).stdout == "2\n"
+        assert py.restarts == 1
+
+
+_FLOOD_PROTOCOL = (
+    "import fcntl, os, threading, time\n"
+    "def flood():\n"
+    "    time.sleep(0.5)\n"
+    "    for fd in map(int, os.listdir('/proc/self/fd')):\n"
+    "        try:\n"
+    "            is_pipe = os.readlink(f'/proc/self/fd/{fd}').startswith('pipe:')\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        if is_pipe and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:\n"
+    "            os.write(fd, b'x' * (16 << 20))  # the reply channel: no newline, ever\n"
+    "threading.Thread(target=flood, daemon=True).start()"
+)
+
+
+@pytest.mark.timeout(120)
+async def test_a_worker_that_floods_its_reply_channel_is_restarted() -> None:
+    """Snippet code writes megabytes without a newline into the protocol: the host must not choke on it."""
+    async with sandbox.open("local", policy=IsolationPolicy(wall_time_s=20)) as sb, await sb.python() as py:
+        assert (await py.run(_FLOOD_PROTOCOL)).ok
+        await asyncio.sleep(1.5)
+        r = await py.run("1 + 1", timeout=2)
+        assert r.session_lost and not r.ok
+        assert (await py.run("1 + 1")).stdout == "2\n"
+        assert py.restarts == 1
