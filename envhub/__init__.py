@@ -29,7 +29,7 @@ from envhub.registration import (
 from envhub.tools import ToolSpec, tool
 
 try:
-    __version__ = version("envhub")
+    __version__ = version("envhub-core")  # the distribution; `envhub` on PyPI is another project
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0"
 

@@ -21,7 +21,7 @@ from envhub.rollout.ray_backend import ACTOR_RESTARTS, RayWorkerLost, run_batch_
 from envhub.store import read_episodes
 from envhub.testing.process import ray_actor_pids
 
-ray = pytest.importorskip("ray", reason="the Ray backend needs Ray: pip install 'envhub[ray]'")
+ray = pytest.importorskip("ray", reason="the Ray backend needs Ray: pip install 'envhub-core[ray]'")
 
 pytestmark = pytest.mark.slow
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,9 +11,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import envhub
 from envhub.cli import app
 from envhub.scaffold import ScaffoldError, create_plugin, plugin_names
 
+ROOT = Path(__file__).resolve().parents[1]
 EXPECTED_FILES = {
     "pyproject.toml",
     "README.md",
@@ -76,6 +79,47 @@ def test_generated_package_installs_and_passes_its_own_test(tmp_path: Path) -> N
     assert "4 passed" in result.stdout, result.stdout
 
 
+def pip(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """This venv's pip acting on another interpreter's environment (`--python`): no pip needed there."""
+    command = [sys.executable, "-m", "pip", "--python", str(python), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_generated_package_in_a_fresh_venv_installs_the_core_not_pypis_envhub(tmp_path: Path) -> None:
+    """`envhub` on the package index is an unrelated project; the plugin must depend on `envhub-core`,
+    which pip finds only as the local wheel (the index has none), and nothing may bring in `envhub`."""
+    wheels = tmp_path / "wheels"
+    build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+    built = subprocess.run(
+        [*build, "--wheel-dir", str(wheels), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = wheels.glob("*.whl")
+    assert wheel.name.startswith(f"envhub_core-{envhub.__version__}-")
+    plugin = create_plugin("word-reverse", tmp_path / "src")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    python = tmp_path / "venv" / "bin" / "python"
+
+    install = pip(python, "install", "--quiet", "--find-links", str(wheels), str(plugin.root), "pytest")
+    assert install.returncode == 0, install.stdout + install.stderr
+    listed = pip(python, "list", "--format", "json")
+    installed = {entry["name"].lower(): entry["version"] for entry in json.loads(listed.stdout)}
+    assert "envhub" not in installed, f"the unrelated `envhub` {installed['envhub']} was installed"
+    assert installed["envhub-core"] == envhub.__version__
+    result = subprocess.run(
+        [str(python), "-m", "pytest", str(plugin.root / "tests"), "-q", "-p", "no:cacheprovider"],
+        capture_output=True,
+        text=True,
+        cwd=plugin.root,
+        timeout=300,
+    )
+    assert "4 passed" in result.stdout, result.stdout + result.stderr
+
+
 @pytest.mark.parametrize(
     ("name", "message"),
     [
@@ -89,6 +133,7 @@ def test_generated_package_installs_and_passes_its_own_test(tmp_path: Path) -> N
         ("word-reverse-v1", "'word-reverse-v1' ends in a version; give the bare name 'word-reverse'"),
         ("envhub-word-reverse", "starts with 'envhub-'; give the bare name 'word-reverse'"),
         ("arithmetic", "named 'arithmetic' already exists (arithmetic-v0 from plugin envhub-games)"),
+        ("core", "'envhub-core' is the distribution of envhub's own library; pick another name"),
     ],
 )
 def test_bad_names_are_refused_with_the_fix(tmp_path: Path, name: str, message: str) -> None:

@@ -26,7 +26,7 @@ from envhub.policies.batching import MicroBatcher
 from envhub.text_format import parse_assistant_text
 from envhub.tools import ToolSpec
 
-INSTALL_HINT = "pip install 'envhub[hf]' (torch==2.13.0 and transformers)"
+INSTALL_HINT = "pip install 'envhub-core[hf]' (torch==2.13.0 and transformers)"
 
 
 def template_message(message: Message) -> dict[str, Any]:

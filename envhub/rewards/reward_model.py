@@ -40,7 +40,7 @@ from envhub.text_format import render
 Prompt = str | list[Message]
 """What the answer responds to: a user message's text, or the conversation before the answer."""
 
-INSTALL_HINT = "pip install 'envhub[hf]' (torch==2.13.0 and transformers)"
+INSTALL_HINT = "pip install 'envhub-core[hf]' (torch==2.13.0 and transformers)"
 MAX_ANSWER_CHARS = 24_000
 """The default longest answer a reward model reads; longer ones are cut in the middle to this."""
 

@@ -46,7 +46,7 @@ def ray_address(backend: str) -> str | None:
     if backend not in ("ray", "auto") and not backend.startswith("ray://"):
         raise ValueError(f"unknown backend {backend!r}; expected local, ray, auto or ray://HOST:PORT")
     if importlib.util.find_spec("ray") is None:
-        raise ModuleNotFoundError(f"the {backend!r} backend needs Ray: pip install 'envhub[ray]'")
+        raise ModuleNotFoundError(f"the {backend!r} backend needs Ray: pip install 'envhub-core[ray]'")
     return None if backend == "ray" else backend
 
 

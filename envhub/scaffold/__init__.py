@@ -21,6 +21,8 @@ __all__ = ["Plugin", "PluginNames", "ScaffoldError", "create_plugin", "plugin_na
 NAME_RE = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 _VERSION_SUFFIX = re.compile(r"-v\d+$")
 _EXAMPLE = "word-reverse"
+# First-party distributions that are no environment: `envhub new core` would make a second `envhub-core`.
+_RESERVED = {"envhub-core": "envhub's own library", "envhub-trainer": "envhub's GRPO trainer"}
 
 
 class ScaffoldError(ValueError):
@@ -79,6 +81,10 @@ def plugin_names(name: str) -> PluginNames:
             f"{name!r} starts with 'envhub-'; give the bare name {_suggestion(name)!r}: "
             "the package is named 'envhub-NAME' automatically"
         )
+    if f"envhub-{name}" in _RESERVED:
+        raise ScaffoldError(
+            f"'envhub-{name}' is the distribution of {_RESERVED[f'envhub-{name}']}; pick another name"
+        )
     return PluginNames(
         name=name,
         package=f"envhub-{name}",
@@ -127,7 +133,7 @@ def render(names: PluginNames) -> dict[PurePosixPath, str]:
         "module": names.module,
         "class_name": names.class_name,
         "env_id": names.env_id,
-        "envhub_requirement": f"envhub>={major}.{minor}",
+        "envhub_requirement": f"envhub-core>={major}.{minor}",  # `envhub` on PyPI is another project
     }
     template_root = resources.files(__name__).joinpath("template")
     rendered: dict[PurePosixPath, str] = {}

@@ -48,7 +48,8 @@ def oracle() -> Callable[..., Awaitable[Conversation]]:
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A two-layer Qwen2 and a locally trained tokenizer; it has memorised arithmetic episode 0 (one step)."""
     for module in ("torch", "transformers", "tokenizers"):
-        pytest.importorskip(module, reason=f"the hf policy tests need {module}: pip install 'envhub[hf]'")
+        reason = f"the hf policy tests need {module}: pip install 'envhub-core[hf]'"
+        pytest.importorskip(module, reason=reason)
     from envhub.testing.tiny_model import tiny_chat_model
 
     conversation = asyncio.run(oracle_conversation(seed=0, steps=1))

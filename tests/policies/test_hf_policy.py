@@ -149,7 +149,7 @@ def test_missing_libraries_are_reported_at_construction(
 ) -> None:
     (tmp_path / "config.json").write_text("{}")
     monkeypatch.setattr(hf, "find_spec", lambda name: None if name == "torch" else object())
-    with pytest.raises(ImportError, match=r"needs torch: pip install 'envhub\[hf\]'"):
+    with pytest.raises(ImportError, match=r"needs torch: pip install 'envhub-core\[hf\]'"):
         TransformersPolicy(tmp_path)
 
 

@@ -21,7 +21,8 @@ def judge_server() -> Iterator[OpenAIServer]:
 def reward_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A two-layer Qwen2 sequence classifier with one label and random weights, saved locally."""
     for module in ("torch", "transformers", "tokenizers"):
-        pytest.importorskip(module, reason=f"the reward model tests need {module}: pip install 'envhub[hf]'")
+        reason = f"the reward model tests need {module}: pip install 'envhub-core[hf]'"
+        pytest.importorskip(module, reason=reason)
     from envhub.testing.tiny_reward_model import tiny_reward_model
 
     return tiny_reward_model(tmp_path_factory.mktemp("tiny-reward-model"))

@@ -44,8 +44,8 @@ try:
     from ray.exceptions import RayActorError
 except ImportError as exc:  # pragma: no cover - Ray is installed wherever these tests run
     raise ModuleNotFoundError(
-        f"ray: true needs Ray in the trainer's environment: pip install 'envhub[ray]', or set ray: false "
-        f"to play episodes in this process ({exc})"
+        "ray: true needs Ray in the trainer's environment: pip install 'envhub-core[ray]', or set "
+        f"ray: false to play episodes in this process ({exc})"
     ) from exc
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ import envhub
 from envhub.rollout.ray_backend import RayWorkerLost
 from envhub.testing.process import ray_actor_pids
 
-ray = pytest.importorskip("ray", reason="ray: true needs Ray: pip install 'envhub[ray]'")
+ray = pytest.importorskip("ray", reason="ray: true needs Ray: pip install 'envhub-core[ray]'")
 
 
 class Alnum(envhub.SingleTurnEnv):
@@ -95,7 +95,7 @@ def test_importing_the_trainer_does_not_import_ray() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert "ModuleNotFoundError: ray: true needs Ray" in result.stderr, result.stderr
-    assert "pip install 'envhub[ray]'" in result.stderr
+    assert "pip install 'envhub-core[ray]'" in result.stderr
 
 
 @pytest.fixture
