@@ -1,4 +1,8 @@
-"""Kill the real `envhub rollout` process with SIGKILL mid-batch, then resume: nothing lost, nothing twice."""
+"""Kill the real `envhub rollout` process with SIGKILL mid-batch, then resume: nothing lost, nothing twice.
+
+Episodes from HELD on wait for a release file (the test plugin's `Slow` env), so every interruption
+lands mid-batch whatever the machine's load: the tests wait for what they can observe, never for a time.
+"""
 
 from __future__ import annotations
 
@@ -14,35 +18,41 @@ import pytest
 from envhub.store import load_manifest, read_episodes
 
 EPISODES = 200
+HELD = 40  # seeds 0-39 can finish before the release file exists: two shards of 16 and 8 in the journal
 
 
 def rollout(out: Path, site: Path, *extra: str) -> subprocess.Popen[str]:
+    release = out.parent / "release"
     command = [
         sys.executable, "-m", "envhub", "rollout", "testplug/slow", "--kwarg", "delay=0.01",
+        "--kwarg", f"hold_from={HELD}", "--kwarg", f"release={release}",
         "--episodes", str(EPISODES), "--concurrency", "4", "--shard-size", "16", "--out", str(out), *extra,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(site), "COLUMNS": "120"}
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def wait_for_stored(out: Path, process: subprocess.Popen[str], count: int) -> None:
+    """Until `count` episodes are stored (journal or shards): the observable sign of a batch underway."""
+    deadline = time.monotonic() + 120  # a guard against a hang, not a guess: the episodes are quick
+    while not (out / "manifest.json").exists() or len(read_episodes(out)) < count:
+        assert process.poll() is None, f"the rollout ended early: {process.communicate()[0]}"
+        assert time.monotonic() < deadline, f"{count} episodes were not stored in 120 s"
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_kill_9_mid_batch_then_resume_completes_exactly(plugin_site: Path, tmp_path: Path) -> None:
     out = tmp_path / "batch"
     process = rollout(out, plugin_site)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        stored = len(read_episodes(out)) if (out / "manifest.json").exists() else 0
-        if stored >= 40:
-            break
-        time.sleep(0.05)
+    wait_for_stored(out, process, HELD)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=10)
     survivors = read_episodes(out)
-    assert 40 <= len(survivors) < EPISODES, (
-        "the batch must be interrupted midway for this test to mean anything"
-    )
+    assert len(survivors) == HELD
     assert len({e.episode_id for e in survivors}) == len(survivors)
 
+    (tmp_path / "release").touch()
     resumed = rollout(out, plugin_site, "--resume")
     output, _ = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, output
@@ -60,8 +70,7 @@ def test_kill_9_mid_batch_then_resume_completes_exactly(plugin_site: Path, tmp_p
 def test_ctrl_c_stores_what_finished_and_says_how_to_resume(plugin_site: Path, tmp_path: Path) -> None:
     out = tmp_path / "batch"
     process = rollout(out, plugin_site)
-    while not (out / "journal.jsonl").exists() or (out / "journal.jsonl").stat().st_size == 0:
-        time.sleep(0.05)
+    wait_for_stored(out, process, 1)  # the held episodes keep the batch from finishing before the signal
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=30)
     assert process.returncode == 130, output
