@@ -8,10 +8,14 @@ it, and a task that asks for a file is graded by reading that file back from the
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import logging
 import posixpath
 import random
 import re
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import envhub
@@ -25,12 +29,19 @@ from envhub_tools.tasks import KINDS, WORKDIR, Task, draw_task
 POLICY = IsolationPolicy(memory_mb=256, pids=64, cpus=1.0, wall_time_s=20, disk_mb=32, max_files=2_000)
 """Small limits: the tasks need a few kilobytes of files and a few seconds of Python."""
 FILE_TIMEOUT_S = 5.0
-"""A file tool that takes longer is stuck (on a pipe the agent made, say), not slow."""
+"""A file tool that takes longer is stuck, not slow."""
 PYTHON_TIMEOUT_S = 10.0
 MAX_READ_BYTES = 64 * 1024
 MAX_WRITE_BYTES = 1024 * 1024
 MAX_LISTED = 200
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_FILES = (Path(__file__).parent / "_files.py").read_text()
+"""The file tools' in-sandbox side: each call walks its path there without following any symlink."""
+_ERRORS: dict[str, type[OSError]] = {
+    e.__name__: e
+    for e in (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, OSError)
+}
+log = logging.getLogger(__name__)
 
 
 def workspace_path(path: str) -> str:
@@ -49,15 +60,14 @@ def workspace_path(path: str) -> str:
 def _failed(result: ExecResult, path: str) -> OSError:
     """The error a file command's failure means, worded for the agent."""
     if result.timed_out:
-        return TimeoutError(f"{path} could not be accessed within {FILE_TIMEOUT_S:g} s (is it a pipe?)")
-    message = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit {result.exit_code}"
-    if "No such file" in message:
-        return FileNotFoundError(f"{path} does not exist")
-    if "Is a directory" in message:
-        return IsADirectoryError(f"{path} is a directory; use list_files")
-    if "Not a directory" in message:
-        return NotADirectoryError(f"a parent of {path} is a file, not a directory")
-    return OSError(message.replace(WORKDIR + "/", ""))
+        return TimeoutError(f"{path} could not be accessed within {FILE_TIMEOUT_S:g} s")
+    lines = result.stderr.strip().splitlines()
+    try:
+        said = json.loads(lines[-1])
+        return _ERRORS.get(said["error"], OSError)(said["message"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        message = lines[-1] if lines else f"exit {result.exit_code}"
+        return OSError(message.replace(WORKDIR + "/", ""))
 
 
 def final_number(text: str) -> Fraction | None:
@@ -106,11 +116,7 @@ class ToolUse(envhub.ToolEnv):
 
     async def setup(self, rng: random.Random) -> str:
         self._task = draw_task(self.kind or rng.choice(list(KINDS)), rng, self.corpus)
-        await self._stop_worker()
-        if self._sandbox is None or self._sandbox.closed:
-            self._sandbox = await envhub.sandbox.open("local", policy=POLICY)
-        else:
-            await self._sandbox.reset()  # one sandbox per env, emptied between episodes
+        await self._empty_sandbox()
         for path, text in self._task.files.items():  # in turn: parallel writes race to make a folder
             await self.sandbox.write_file(f"{WORKDIR}/{path}", text)
         return self._task.prompt
@@ -126,6 +132,21 @@ class ToolUse(envhub.ToolEnv):
             if self._sandbox is not None:
                 await self._sandbox.close()
                 self._sandbox = None
+
+    async def _empty_sandbox(self) -> None:
+        """One sandbox per env, emptied between episodes; replaced when emptying it fails, so whatever the
+        last episode left behind (a wedged interpreter, a tree deeper than PATH_MAX), this one starts."""
+        if self._sandbox is not None and not self._sandbox.closed:
+            try:
+                await self._stop_worker()
+                await self._sandbox.reset()
+                return
+            except Exception as exc:
+                log.warning("could not empty the sandbox (%r); opening a new one", exc)
+                with contextlib.suppress(Exception):
+                    await self._sandbox.close()
+        self._worker = None
+        self._sandbox = await envhub.sandbox.open("local", policy=POLICY)
 
     async def _stop_worker(self) -> None:
         if self._worker is not None:
@@ -151,17 +172,8 @@ class ToolUse(envhub.ToolEnv):
         Args:
             path: A directory, relative to the workspace (default: the workspace itself).
         """
-        target = workspace_path(path)
-        # Listed inside the sandbox: a host-side walk would have to guard every symlink the agent made.
-        result = await self.sandbox.exec(
-            ["find", target, "-maxdepth", "1", "-printf", "%d %y %f\\n"], timeout=FILE_TIMEOUT_S
-        )
-        if not result.ok:
-            raise _failed(result, path)
-        entries = [line.split(" ", 2) for line in result.stdout.splitlines()]
-        if entries and entries[0][:2] != ["0", "d"]:
-            raise NotADirectoryError(f"{path} is a file; use read_file")
-        names = sorted(name + ("/" if kind == "d" else "") for depth, kind, name in entries if depth == "1")
+        listing = json.loads(await self._file_op("list", path))
+        names = sorted(name + ("/" if is_dir else "") for name, is_dir in listing)
         if len(names) > MAX_LISTED:
             return [*names[:MAX_LISTED], f"... and {len(names) - MAX_LISTED} more"]
         return names
@@ -173,8 +185,7 @@ class ToolUse(envhub.ToolEnv):
         Args:
             path: The file, relative to the workspace.
         """
-        target = workspace_path(path)
-        return (await self._read(target, path)).decode(errors="replace")
+        return (await self._read(path)).decode(errors="replace")
 
     @envhub.tool
     async def write_file(self, path: str, content: str) -> str:
@@ -184,21 +195,11 @@ class ToolUse(envhub.ToolEnv):
             path: The file, relative to the workspace.
             content: The text to write.
         """
-        target = workspace_path(path)
         data = content.encode()
         if len(data) > MAX_WRITE_BYTES:
             raise ValueError(f"content is {len(data)} bytes; the most one write takes is {MAX_WRITE_BYTES}")
-        if target == WORKDIR:
-            raise IsADirectoryError(f"{path} is the workspace itself; name a file")
-        # Written by a command inside the sandbox, not from the host: a pipe the agent planted at the
-        # path would block a host-side open forever, where here it only times out.
-        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
-        result = await self.sandbox.exec(
-            ["/bin/sh", "-c", script, "sh", target], stdin=data, timeout=FILE_TIMEOUT_S
-        )
-        if not result.ok:
-            raise _failed(result, path)
-        return f"wrote {len(data)} bytes to {target}"
+        await self._file_op("write", path, stdin=data)
+        return f"wrote {len(data)} bytes to {workspace_path(path)}"
 
     @envhub.tool
     async def python(self, code: str) -> str:
@@ -231,14 +232,23 @@ class ToolUse(envhub.ToolEnv):
             raise ValueError(f"k must be between 1 and 10, got {k}")
         return [{"id": d.id, "title": d.title, "text": d.text} for d in self.corpus.search(query, k)]
 
-    async def _read(self, target: str, path: str) -> bytes:
-        """A file's first bytes, read inside the sandbox (for the same reason as in `write_file`)."""
-        result = await self.sandbox.exec(
-            ["head", "-c", str(MAX_READ_BYTES + 1), "--", target], timeout=FILE_TIMEOUT_S
-        )
+    async def _file_op(self, op: str, path: str, *, stdin: bytes | None = None) -> str:
+        """One file operation as one command inside the sandbox (see `_files.py`): its stdout.
+
+        Not from the host, and not as a check followed by an access: the walk that refuses symlinks
+        and special files is the walk that opens the file, so nothing the agent runs at the same time
+        (its Python tool) can swap a link in between.
+        """
+        rel = posixpath.relpath(workspace_path(path), WORKDIR)
+        argv = ["python3", "-I", "-S", "-c", _FILES, op, WORKDIR, rel, path, str(MAX_READ_BYTES + 1)]
+        result = await self.sandbox.exec(argv, stdin=stdin, timeout=FILE_TIMEOUT_S)
         if not result.ok:
             raise _failed(result, path)
-        data = result.stdout.encode()
+        return result.stdout
+
+    async def _read(self, path: str) -> bytes:
+        """A file's first bytes, read inside the sandbox."""
+        data = (await self._file_op("read", path)).encode()
         if len(data) > MAX_READ_BYTES:
             return data[:MAX_READ_BYTES] + f"\n... (cut at {MAX_READ_BYTES} bytes)".encode()
         return data
@@ -252,7 +262,7 @@ class ToolUse(envhub.ToolEnv):
         if task.output_file is None:
             return float(final_number(answer) == task.expected)
         try:
-            written = (await self._read(workspace_path(task.output_file), task.output_file)).decode()
+            written = (await self._read(task.output_file)).decode()
         except OSError:
             return 0.0
         return float(re.fullmatch(r"\s*-?\d+\s*", written) is not None and int(written) == task.expected)
