@@ -44,6 +44,12 @@ def validate(
     data: Annotated[Path | None, typer.Option(help="folder holding SWE-bench Lite's parquet files")] = None,
     workspaces: Annotated[Path | None, typer.Option(help="root of `envhub swe prepare` workspaces")] = None,
     concurrency: Annotated[int, typer.Option(min=1)] = 2,
+    timeout: Annotated[
+        float, typer.Option(min=1, help="seconds one grading command may run (the harness's 1800)")
+    ] = 1800.0,
+    keep_logs: Annotated[
+        Path | None, typer.Option(help="folder for each run's whole log (ID.gold.log, ID.empty.log)")
+    ] = None,
 ) -> None:
     """Grade each instance's gold patch (must resolve) and an empty patch (must not)."""
     _plugin()
@@ -78,8 +84,10 @@ def validate(
                     rows,
                     dataset=dataset,
                     runtime=runtime,  # type: ignore[arg-type]
-                    workspaces=str(workspaces) if workspaces else None,
+                    workspaces=workspaces.resolve() if workspaces else None,
                     concurrency=concurrency,
+                    timeout_s=timeout,
+                    keep_logs=keep_logs,
                     on_done=advance,
                 )
             )
@@ -89,18 +97,19 @@ def validate(
     for column in ("instance", "gold", "empty", "canary", "seconds", "note"):
         table.add_column(column)
     for r in results:
-        note = "" if r.ok else (r.gold_summary if not r.gold_resolved else r.empty_summary)
         table.add_row(
             r.instance_id,
             "[green]resolved[/green]" if r.gold_resolved else "[red]not resolved[/red]",
             "[red]resolved[/red]" if r.empty_resolved else "[green]not resolved[/green]",
             r.canary,
             f"{r.duration_s:.2f}",
-            note,
+            r.note,
         )
     console.print(table)
     good = sum(r.ok for r in results)
     console.print(f"{good}/{len(results)} valid in {time.monotonic() - started:.1f} s")
+    if keep_logs is not None:
+        console.print(f"whole logs in {keep_logs.resolve()}")
     if good != len(results):
         raise typer.Exit(1)
 
@@ -113,26 +122,35 @@ def prepare(
     dataset: Annotated[str, typer.Option(help="swe-bench-lite or swe-mini")] = "swe-bench-lite",
     split: Annotated[str, typer.Option()] = "test",
     data: Annotated[Path | None, typer.Option(help="folder holding SWE-bench Lite's parquet files")] = None,
-    requirements: Annotated[
-        Path | None, typer.Option(help="pins to install instead of the built-in spec")
+    python: Annotated[
+        str | None,
+        typer.Option(
+            help="interpreter for the venv: a path, or X.Y to look up (default: the spec's version)"
+        ),
     ] = None,
-    no_install: Annotated[
-        bool, typer.Option("--no-install", help="make the venv but install nothing")
-    ] = False,
+    timeout: Annotated[
+        float, typer.Option(min=1, help="seconds one set-up step may run (the harness's 1800)")
+    ] = 1800.0,
 ) -> None:
-    """Make a checkout at base_commit and a venv for one instance, for the local runtime."""
+    """Make a checkout at base_commit and its environment (the official harness's spec) for one instance."""
     _plugin()
     from envhub_swe.data import DatasetNotFound, load, select
-    from envhub_swe.prepare import Unsupported
+    from envhub_swe.prepare import SetupFailed, Unsupported
     from envhub_swe.prepare import prepare as run_prepare
 
     try:
         (row,) = select(load(dataset, split=split, path=data), instance=instance)
-        dest = run_prepare(row, repo, root, requirements=requirements, install=not no_install)
+        with console.status(f"preparing {instance} (the set-up log streams to ROOT/{instance}.prepare.log)"):
+            dest = run_prepare(row, repo, root.resolve(), python=python, timeout_s=timeout)
     except Unsupported as exc:
         console.print(f"[yellow]cannot run locally[/yellow]: {exc}")
         raise typer.Exit(3) from exc
+    except SetupFailed as exc:
+        console.print(f"[red]the environment could not be built[/red] (nothing was left half-made): {exc}")
+        raise typer.Exit(4) from exc
     except (DatasetNotFound, KeyError, ValueError, RuntimeError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
-    console.print(f"prepared {instance} in {dest} (repo at {row.base_commit[:12]}, venv)")
+    console.print(
+        f"prepared {instance} in {dest} (repo at {row.base_commit[:12]}, venv, {dest / 'prepare.log'})"
+    )

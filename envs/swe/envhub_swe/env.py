@@ -21,6 +21,7 @@ from envhub.sandbox import ExecResult, Sandbox
 from envhub_swe.data import Instance, load, select
 from envhub_swe.evaluation import GradeReport, refused
 from envhub_swe.runtime import (
+    DEFAULT_TIMEOUT_S,
     TESTBED,
     Runtime,
     RuntimeKind,
@@ -73,12 +74,15 @@ class SWEEnv(envhub.ToolEnv):
         runtime: RuntimeKind | None = None,
         workspaces: str | None = None,
         max_turns: int | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         super().__init__(max_turns=max_turns)
         self.dataset = dataset
         self.instances = select(load(dataset, split=split, path=path), instance=instance)
         self.runtime_kind: RuntimeKind = runtime or "local"
         self.workspaces = Path(workspaces) if workspaces else None
+        self.timeout_s = timeout_s
+        """The longest one command of the episode may run, grading's tests included (official: 1800 s)."""
         self.instance: Instance | None = None
         self.patch: str | None = None
         """The submission as graded: computed by the grader from the submitted files."""
@@ -98,10 +102,10 @@ class SWEEnv(envhub.ToolEnv):
         """The runtime and host workspace of `instance`: swe-mini's bundles, a prepared checkout, or
         (docker, None) the row's official image's own /testbed."""
         if self.dataset == "swe-mini":
-            return mini_runtime(self.runtime_kind), mini_workspace(instance)
+            return mini_runtime(self.runtime_kind, timeout_s=self.timeout_s), mini_workspace(instance)
         from envhub_swe.prepare import prepared
 
-        return prepared(instance, self.workspaces, self.runtime_kind)
+        return prepared(instance, self.workspaces, self.runtime_kind, timeout_s=self.timeout_s)
 
     async def setup(self, rng: random.Random) -> str:
         await self._close_sandbox()

@@ -1,95 +1,90 @@
-"""Prepare a real SWE-bench instance for the local runtime: a checkout at base_commit and a venv.
-(The docker runtime needs no preparation: it runs the row's official image, see `official_runtime`.)
+"""Prepare a real SWE-bench instance for the local runtime: a checkout at base_commit and its environment
+built the way the official harness builds it. (The docker runtime needs no preparation: it runs the
+row's official image, see `official_runtime`.)
 
 `envhub swe prepare --instance ID --repo CLONE` makes, under the workspaces root:
 
-    ROOT/ID/repo   a clone of CLONE at base_commit (shared objects, no refs beyond base_commit)
-    ROOT/ID/venv   a venv over /usr's Python with the repo/version's pinned test dependencies,
-                   and a .pth pointing at /testbed (what `pip install -e .` would give, in the sandbox)
+    ROOT/ID/repo                 a clone of CLONE at base_commit (shared objects, no refs at all)
+    ROOT/ID/venv                 a venv of the spec's Python with the harness's packages, and the
+                                 repository installed as the spec says (`pip install -e .` included)
+    ROOT/ID/envhub-workspace.json  the manifest: written last, so a workspace without it is unfinished
 
-Instances whose pinned dependencies cannot run on this Python are refused with the reason, so they
-are never graded as a model failure.
+The steps are the official harness's scripts adapted to a venv (`specs.py`). The editable install is
+made from ROOT/ID/repo, then every path to it in the venv (`.pth`, editable finders, egg-links) is
+rewritten to /testbed, where the sandbox holds the repository: the venv imports the sandbox's copy,
+src layouts and generated modules (`_version.py`) included. Tracked files the set-up changed are kept
+when they are test configuration (sphinx's `tox.ini` gains `-rA`, which the grader never takes from a
+submission) and restored otherwise (install-time pins in `setup.py`), so the workspace is base_commit.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from envhub_swe.data import Instance
-from envhub_swe.runtime import TESTBED, Runtime, RuntimeKind, _git, _sandbox_python, docker_image_present
+from envhub_swe.patches import TEST_INFRA
+from envhub_swe.pythons import Interpreter, NoInterpreter, choose, probe, sandbox_binds, traversable
+from envhub_swe.runtime import (
+    DEFAULT_TIMEOUT_S,
+    TESTBED,
+    Runtime,
+    RuntimeKind,
+    _git,
+    _sandbox_python,
+    cache_root,
+    docker_image_present,
+)
+from envhub_swe.specs import NoSpec, SetupPlan, Step, setup_plan
+
+MANIFEST = "envhub-workspace.json"
 
 
 class Unsupported(RuntimeError):
-    """This instance cannot run in a local environment on this Python; the message says why."""
+    """This instance cannot run in a local environment here; the message says why and what to do."""
 
 
-@dataclass(frozen=True)
-class Spec:
-    """A repo/version's test environment, after the official harness's specifications."""
+class SetupFailed(RuntimeError):
+    """A step of the environment's set-up failed; nothing half-made is left behind (see `log`)."""
 
-    packages: tuple[str, ...]
-    max_python: tuple[int, int] | None = None
-    """The newest Python its pinned dependencies run on, when older than today's."""
-    why: str = ""
+    def __init__(self, message: str, log: Path) -> None:
+        super().__init__(f"{message}\nThe whole set-up log is in {log}")
+        self.log = log
 
 
-SPECS: dict[tuple[str, str], Spec] = {
-    **{
-        ("pytest-dev/pytest", v): Spec(
-            (), (3, 9), "pytest releases before 6.2 break on Python 3.10+ (py.path and assertion rewriting)"
-        )
-        for v in ("5.0", "5.1", "5.2", "5.3", "5.4", "6.0")
-    },
-    **{
-        ("psf/requests", v): Spec(
-            (), (3, 9), "requests before 2.27 pins urllib3/chardet releases that fail on 3.10+"
-        )
-        for v in ("0.13", "0.14", "1.2", "2.0", "2.3", "2.4", "2.5", "2.7", "2.8", "2.9", "2.10", "2.12")
-    },
-    **{
-        ("pylint-dev/pylint", v): Spec(
-            (), (3, 9), "the astroid releases pinned by pylint before 2.13 do not parse Python 3.10+"
-        )
-        for v in ("2.8", "2.9", "2.10", "2.11", "2.13")
-    },
-    ("pallets/flask", "2.3"): Spec(
-        (
-            "pytest==7.4.0",
-            "werkzeug==2.3.7",
-            "jinja2==3.1.2",
-            "itsdangerous==2.1.2",
-            "click==8.1.7",
-            "blinker==1.6.2",
-        )
-    ),
-    ("pydata/xarray", "2022.06"): Spec(("pytest", "numpy<2", "pandas<2.1", "packaging")),
-    ("mini/textkit", "0.1"): Spec(("pytest",)),
-    ("mini/stats", "0.1"): Spec(("pytest",)),
-    ("mini/kvstore", "0.1"): Spec(()),
-    ("mini/semver", "0.1"): Spec(()),
-}
-"""A first subset, not the harness's whole table: other repo/versions need `requirements=`."""
+class Workspace(BaseModel):
+    """What `prepare` made for one instance, and how: the manifest that marks a finished workspace."""
 
+    model_config = ConfigDict(frozen=True)
 
-def check_python(instance: Instance, python: tuple[int, int]) -> Spec:
-    """The instance's spec, or Unsupported when it cannot run on `python` or has no spec yet."""
-    spec = SPECS.get((instance.repo, instance.version))
-    if spec is None:
-        raise Unsupported(
-            f"no environment specification for {instance.repo} {instance.version} yet; pass a requirements "
-            "file (--requirements) with the official harness's pins for it"
-        )
-    if spec.max_python is not None and python > spec.max_python:
-        need = ".".join(map(str, spec.max_python))
-        raise Unsupported(
-            f"{instance.instance_id} cannot run on Python {python[0]}.{python[1]}: {spec.why}. "
-            f"Use Python {need} (a /usr/bin/python{need} the sandbox can see) or the docker runtime "
-            "with the official image"
-        )
-    return spec
+    instance_id: str
+    base_commit: str
+    python: str
+    """The interpreter's X.Y.Z."""
+    interpreter: str
+    """Its executable (the venv's base), bound into the sandbox at its own prefix."""
+    spec_python: str
+    """The X.Y the official spec names."""
+    source: str
+    steps: list[dict[str, object]]
+    kept_changes: list[str]
+    """Tracked files the set-up changed and the workspace keeps (test configuration only)."""
+    restored: list[str]
+    """Tracked files the set-up changed (install-time only) and prepare restored to base_commit."""
+    rebased: list[str]
+    """Files of the venv whose paths to the repository were rewritten to /testbed."""
 
 
 def prepare(
@@ -97,62 +92,304 @@ def prepare(
     clone: Path,
     root: Path,
     *,
-    requirements: Path | None = None,
-    install: bool = True,
+    python: str | None = None,
+    plan: SetupPlan | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_output: Callable[[str], None] | None = None,
 ) -> Path:
-    """Make ROOT/ID/{repo,venv} for `instance` from a local clone of its repository; returns ROOT/ID."""
-    python = _sandbox_python()
-    version = subprocess.run(
-        [str(python), "-c", "import sys; print(sys.version_info[0], sys.version_info[1])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    spec = None if requirements else check_python(instance, (int(version[0]), int(version[1])))
+    """Make ROOT/ID/{repo,venv} for `instance` from a local clone of its repository; returns ROOT/ID.
+
+    `python` picks the interpreter (a path, or an X.Y to look up) instead of the spec's version;
+    `plan` replaces the official set-up (tests use small offline plans); `timeout_s` bounds each step.
+    A finished workspace is reused; a failed one is removed, its log kept beside it.
+    """
+    root = root.expanduser().resolve()
+    clone = clone.expanduser().resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    if not traversable(root):
+        raise Unsupported(
+            f"the workspaces root {root} is closed to other users, and the local sandbox's uid must read "
+            "the workspace's venv: choose a root under a folder others can traverse (e.g. /tmp or /srv), "
+            f"or open it (chmod o+x on every folder up to {root})"
+        )
     dest = root / instance.instance_id
+    if _finished(dest, instance) is not None:
+        return dest
+    _check_commit(clone, instance.base_commit, instance.instance_id)
     repo, venv = dest / "repo", dest / "venv"
-    dest.mkdir(parents=True, exist_ok=True)
-    if not (repo / ".git").exists():
-        _git(dest, "clone", "-q", "--shared", "--no-checkout", str(clone.resolve()), str(repo))
-    _git(repo, "checkout", "-q", "--detach", instance.base_commit)
-    for ref in _git(repo, "for-each-ref", "--format=%(refname)").splitlines():
-        _git(repo, "update-ref", "-d", ref)  # no branch or tag may lead to the fix
-    _git(repo, "reflog", "expire", "--expire=now", "--all")
-    if not (venv / "bin" / "python").exists():
-        subprocess.run([str(python), "-m", "venv", str(venv)], check=True)
-    packages = [] if spec is None else list(spec.packages)
-    if install and (packages or requirements):
-        args = ["-r", str(requirements)] if requirements else packages
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *args], check=True)
-    site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "envhub-testbed.pth").write_text(TESTBED + "\n")
+    try:
+        plan = plan or setup_plan(instance, clone, str(repo))
+        interpreter = _interpreter(plan.python, python, instance)
+    except NoSpec as exc:
+        raise Unsupported(f"{instance.instance_id}: {exc}") from exc
+    shutil.rmtree(dest, ignore_errors=True)  # an unfinished workspace is never reused
+    dest.mkdir(parents=True)
+    log = SetupLog(root / f"{instance.instance_id}.prepare.log", on_output)
+    try:
+        workspace = _build(instance, clone, repo, venv, plan, interpreter, timeout_s, log)
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    finally:
+        log.close()
+    log.path.replace(dest / "prepare.log")
+    (dest / MANIFEST).write_text(workspace.model_dump_json(indent=2))
     return dest
 
 
-def prepared(instance: Instance, root: Path | None, kind: RuntimeKind) -> tuple[Runtime, Path | None]:
+def _finished(dest: Path, instance: Instance) -> Workspace | None:
+    manifest = dest / MANIFEST
+    if not manifest.exists():
+        return None
+    workspace = Workspace.model_validate_json(manifest.read_text())
+    return workspace if workspace.base_commit == instance.base_commit else None
+
+
+def _check_commit(clone: Path, commit: str, instance_id: str) -> None:
+    found = subprocess.run(
+        ["git", "-C", str(clone), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True, check=False
+    )
+    if found.returncode != 0:
+        raise Unsupported(
+            f"{instance_id}: base commit {commit} is not in {clone} (a shallow or older snapshot?): "
+            "fetch the repository's full history (git fetch --unshallow) and prepare again"
+        )
+
+
+def _interpreter(version: str, explicit: str | None, instance: Instance) -> Interpreter:
+    if version == "3" and explicit is None:  # swe-mini: any Python 3 the sandbox already sees
+        found = probe(_sandbox_python())
+        assert found is not None
+        return found
+    try:
+        return choose(version, explicit)
+    except NoInterpreter as exc:
+        raise Unsupported(
+            f"{instance.instance_id} runs on Python {version} in the official harness: {exc}"
+        ) from exc
+
+
+def _build(
+    instance: Instance,
+    clone: Path,
+    repo: Path,
+    venv: Path,
+    plan: SetupPlan,
+    interpreter: Interpreter,
+    timeout_s: float,
+    log: SetupLog,
+) -> Workspace:
+    _git(repo.parent, "clone", "-q", "--shared", "--no-checkout", str(clone), str(repo))
+    _git(repo, "checkout", "-q", "--detach", instance.base_commit)
+    _keep_only_tags_before(repo)  # versions from git (setuptools_scm) read them as the harness's clone does
+    log.write(f"$ {interpreter.executable} -m venv {venv}\n")
+    _run([str(interpreter.executable), "-m", "venv", str(venv)], repo, timeout_s, log, "creating the venv")
+    done: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory(prefix="envhub-swe-home-") as home:
+        for step in plan.steps:
+            done.append({"command": step.command, "run": step.run, "note": step.note})
+            if not step.run:
+                log.write(f"# skipped: {step.command.splitlines()[0]}  ({step.note})\n")
+                continue
+            _run_step(step, venv, repo, Path(home), timeout_s, log)
+    kept, restored = _settle_tracked_changes(repo)
+    rebased = rebase_paths(venv, repo, TESTBED)
+    for ref in _git(repo, "for-each-ref", "--format=%(refname)").splitlines():
+        _git(repo, "update-ref", "-d", ref)  # no branch or tag may lead to the fix
+    _git(repo, "reflog", "expire", "--expire=now", "--all")
+    _open_for_sandbox(venv)
+    return Workspace(
+        instance_id=instance.instance_id,
+        base_commit=instance.base_commit,
+        python=".".join(map(str, interpreter.version)),
+        interpreter=str(interpreter.executable),
+        spec_python=plan.python,
+        source=plan.source,
+        steps=done,
+        kept_changes=kept,
+        restored=restored,
+        rebased=rebased,
+    )
+
+
+class SetupLog:
+    """The set-up's whole output, in a file beside the workspace (it outlives a failed one)."""
+
+    def __init__(self, path: Path, on_output: Callable[[str], None] | None) -> None:
+        self.path = path
+        self._file = path.open("w")
+        self._on_output = on_output
+
+    def write(self, text: str) -> None:
+        self._file.write(text)
+        self._file.flush()
+        if self._on_output is not None:
+            self._on_output(text)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _keep_only_tags_before(repo: Path) -> None:
+    """Delete every ref but the tags base_commit contains (`git describe` sees what the harness's clone
+    sees: it deletes the tags after base_commit's date)."""
+    merged = set(_git(repo, "tag", "--merged", "HEAD").splitlines())
+    for ref in _git(repo, "for-each-ref", "--format=%(refname)").splitlines():
+        if not (ref.startswith("refs/tags/") and ref.removeprefix("refs/tags/") in merged):
+            _git(repo, "update-ref", "-d", ref)
+
+
+def _run_step(step: Step, venv: Path, repo: Path, home: Path, timeout_s: float, log: SetupLog) -> None:
+    """One set-up step in bash, the venv active, in the repository, as the harness's `set -euxo pipefail`
+    script runs it; HOME is the build's own folder (the harness writes `$HOME/requirements.txt`)."""
+    script = f". {venv}/bin/activate\nset -euxo pipefail\n{step.command}\n"
+    log.write(f"$ {step.command}\n")
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_INPUT": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_NOSYSTEM": "1",
+    }
+    for key in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CERT", "SSL_CERT_FILE"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    _run(["/bin/bash", "-c", script], repo, timeout_s, log, f"`{step.command.splitlines()[0]}`", env)
+
+
+def _run(
+    argv: list[str],
+    cwd: Path,
+    timeout_s: float,
+    log: SetupLog,
+    what: str,
+    env: dict[str, str] | None = None,
+) -> None:
+    """Run one command, its output streamed to the log; SetupFailed with the output's tail if it fails."""
+    started = time.monotonic()
+    process = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    timer = threading.Timer(timeout_s, lambda: os.killpg(process.pid, signal.SIGKILL))
+    timer.start()
+    tail: deque[str] = deque(maxlen=15)
+    try:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            line = raw.decode(errors="replace")
+            tail.append(line.rstrip("\n"))
+            log.write(line)
+        code = process.wait()
+    finally:
+        timer.cancel()
+    log.write(f"# exit {code} after {time.monotonic() - started:.1f} s\n")
+    if code == -signal.SIGKILL and time.monotonic() - started >= timeout_s:
+        raise SetupFailed(f"{what} timed out after {timeout_s:g} s (--timeout allows more)", log.path)
+    if code != 0:
+        shown = "\n".join(tail)
+        raise SetupFailed(f"{what} failed (exit {code}):\n{shown}", log.path)
+
+
+def _settle_tracked_changes(repo: Path) -> tuple[list[str], list[str]]:
+    """Keep the set-up's changes to test configuration (the grader never takes those from a submission,
+    so they hold at grading time as in the official image); restore every other tracked file."""
+    changed = _git(repo, "diff", "--name-only", "HEAD").splitlines()
+    kept = [path for path in changed if TEST_INFRA.search(path)]
+    restored = [path for path in changed if path not in kept]
+    if restored:
+        _git(repo, "checkout", "-q", "HEAD", "--", *restored)
+    return kept, restored
+
+
+def rebase_paths(venv: Path, repo: Path, target: str) -> list[str]:
+    """Rewrite the venv's paths to `repo` (editable finders, `.pth`, egg-links, direct_url.json,
+    scripts) as `target`, where the sandbox holds the repository. Returns the files changed."""
+    old = str(repo).encode()
+    changed: list[str] = []
+    for site in (venv / "lib").glob("python3*/site-packages"):
+        candidates = [p for p in site.iterdir() if p.is_file()]
+        candidates += list(site.glob("*.dist-info/direct_url.json")) + list(site.glob("*.egg-link"))
+        candidates += list(site.glob("*.egg-info/*.txt"))
+        for path in dict.fromkeys(candidates):
+            if _replace_in(path, old, target.encode()):
+                changed.append(str(path.relative_to(venv)))
+    for script in (venv / "bin").iterdir():
+        if script.is_file() and not script.is_symlink() and _replace_in(script, old, target.encode()):
+            changed.append(str(script.relative_to(venv)))
+    return changed
+
+
+def _replace_in(path: Path, old: bytes, new: bytes) -> bool:
+    if path.stat().st_size > 4 * 1024 * 1024:
+        return False
+    data = path.read_bytes()
+    if old not in data or b"\0" in data[:4096]:
+        return False
+    path.write_bytes(data.replace(old, new))
+    return True
+
+
+def _open_for_sandbox(venv: Path) -> None:
+    """Make the venv readable by the sandbox's uid (pip honours a umask that may close it)."""
+    subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
+
+
+# -- using a prepared workspace ----------------------------------------------------------------------
+
+
+def prepared(
+    instance: Instance, root: Path | None, kind: RuntimeKind, *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> tuple[Runtime, Path | None]:
     """The runtime and workspace of an instance: a checkout prepared under `root` (local), or the row's
     official image, whose own /testbed is the workspace (docker: workspace None)."""
     if kind == "docker":
-        return official_runtime(instance), None
+        return official_runtime(instance, timeout_s=timeout_s), None
     if root is None:
         raise Unsupported(
             "the local runtime needs prepared workspaces: run `envhub swe prepare` and pass workspaces=ROOT"
         )
+    root = root.expanduser().resolve()
     dest = root / instance.instance_id
+    how = f"`envhub swe prepare --instance {instance.instance_id} --repo PATH_TO_CLONE --root {root}`"
     if not (dest / "repo" / ".git").exists():
+        raise Unsupported(f"{instance.instance_id} is not prepared under {root}: run {how}")
+    workspace = _finished(dest, instance)
+    if workspace is None:
         raise Unsupported(
-            f"{instance.instance_id} is not prepared under {root}: run "
-            f"`envhub swe prepare --instance {instance.instance_id} --repo PATH_TO_CLONE --root {root}`"
+            f"{instance.instance_id}'s workspace under {root} is unfinished (its set-up failed or was "
+            f"interrupted) or was made by an older envhub: run {how} again"
         )
-    alternates = dest / "repo" / ".git" / "objects" / "info" / "alternates"
-    binds = {}
-    if alternates.exists():
-        for line in alternates.read_text().splitlines():
-            binds[line.strip()] = line.strip()  # the shared objects, at the path the clone names them by
-    return Runtime(kind="local", python_env=dest / "venv", extra_binds=binds, disk_mb=4096), dest / "repo"
+    binds = _alternates(dest / "repo")
+    interpreter = probe(Path(workspace.interpreter))
+    if interpreter is None:
+        raise Unsupported(
+            f"{instance.instance_id}'s venv was made from {workspace.interpreter}, which no longer runs: "
+            f"run {how} again"
+        )
+    binds.update(sandbox_binds(interpreter, cache_root()))
+    runtime = Runtime(
+        kind="local",
+        python_env=dest / "venv",
+        extra_binds=binds,
+        disk_mb=4096,
+        memory_mb=4096,
+        pids=512,
+        timeout_s=timeout_s,
+    )
+    return runtime, dest / "repo"
 
 
-def official_runtime(instance: Instance) -> Runtime:
+def _alternates(repo: Path) -> dict[str, str]:
+    """The shared clone's object stores, bound at the paths its alternates file names them by."""
+    alternates = repo / ".git" / "objects" / "info" / "alternates"
+    if not alternates.exists():
+        return {}
+    return {line.strip(): line.strip() for line in alternates.read_text().splitlines() if line.strip()}
+
+
+def official_runtime(instance: Instance, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Runtime:
     """The docker runtime in the row's own SWE-bench image (its `image` column), which must be on this
     machine's Docker engine: envhub never pulls."""
     image = instance.image
@@ -169,7 +406,21 @@ def official_runtime(instance: Instance) -> Runtime:
             f"`docker pull {image}` on a machine that can reach Docker Hub; where this one cannot, "
             "`docker save` it there and `docker load` it here"
         )
-    return Runtime(kind="docker", image=image, official_image=True, disk_mb=4096, memory_mb=4096, pids=512)
+    return Runtime(
+        kind="docker",
+        image=image,
+        official_image=True,
+        disk_mb=4096,
+        memory_mb=4096,
+        pids=512,
+        timeout_s=timeout_s,
+    )
+
+
+def read_manifest(dest: Path) -> dict[str, object]:
+    """A prepared workspace's manifest, as JSON (for reports)."""
+    data: dict[str, object] = json.loads((dest / MANIFEST).read_text())
+    return data
 
 
 if __name__ == "__main__":  # pragma: no cover

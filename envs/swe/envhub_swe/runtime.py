@@ -3,8 +3,8 @@
 Runtimes:
 
 - `local`: a bubblewrap sandbox over the host's /usr; the repository is copied into `/testbed` and a
-  Python environment (a venv whose interpreter lives under /usr) is bound read-only at its own host
-  path, so that its scripts' `#!` lines and its `activate` work unchanged.
+  Python environment (a venv, and the interpreter it was made from) is bound read-only at its own
+  host path, so that its scripts' `#!` lines and its `activate` work unchanged.
 - `docker`: a container of `image` (swe-mini's image, or an image with the same layout); the
   repository is copied into `/testbed` the same way and the image's own Python runs the tests.
 - `docker` with `official_image`: a container of the row's SWE-bench image, whose `/testbed` (root's,
@@ -50,6 +50,8 @@ TESTBED = "/testbed"
 MINI_IMAGE = "envhub/swe-mini:bookworm"
 CONDA = "/opt/miniconda3"
 """Where SWE-bench's official images keep conda; their eval scripts activate its `testbed` env."""
+DEFAULT_TIMEOUT_S = 1800.0
+"""The official harness's limit for one evaluation (`run_evaluation --timeout`)."""
 MINI_TEST_PACKAGES = ("pytest",)
 """What swe-mini's tests need besides the standard library (with their own dependencies)."""
 
@@ -78,15 +80,17 @@ class Runtime:
     its own /testbed, root's, and conda at /opt/miniconda3): work in the image's filesystem as its user,
     keep the eval script's conda activation, upload nothing."""
     python_env: Path | None = None
-    """local: a venv (interpreter under /usr), bound read-only at the same path."""
+    """local: a venv, bound read-only at the same path; its base interpreter is under /usr or comes
+    in through `extra_binds` (see `pythons.sandbox_binds`)."""
     skip_install: bool = True
     """Drop the eval script's `pip install -e .`: it needs a package index the sandbox cannot reach."""
     extra_binds: dict[str, str] = field(default_factory=dict)
-    """local: more read-only binds (a prepared workspace's git alternates)."""
+    """local: more read-only binds (a prepared workspace's git alternates, its venv's interpreter)."""
     memory_mb: int = 2048
     disk_mb: int = 512
     pids: int = 128
-    timeout_s: float = 300.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """The longest one command may run, the tests included: the official harness's 1800 s by default."""
 
     def __post_init__(self) -> None:
         if self.official_image and self.kind != "docker":

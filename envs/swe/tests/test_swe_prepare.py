@@ -8,10 +8,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from envhub_swe.data import MINI_DATA, load_lite, load_mini, select
-from envhub_swe.prepare import Unsupported, check_python, prepare, prepared
+from envhub_swe.data import MINI_DATA, load_mini, select
+from envhub_swe.prepare import Unsupported, prepare, prepared
 from envhub_swe.runtime import cache_root, grade
-from test_swe_data import LITE, needs_lite
+from envhub_swe.specs import SetupPlan
 
 
 def test_prepare_makes_a_checkout_at_base_commit_that_grades() -> None:
@@ -34,16 +34,16 @@ def test_prepare_makes_a_checkout_at_base_commit_that_grades() -> None:
     assert not asyncio.run(grade(row, "", runtime, workspace)).resolved
 
 
-@needs_lite
-def test_instances_that_cannot_run_on_new_python_are_refused_with_the_reason() -> None:
-    rows = load_lite("test", LITE)
-    old_pytest = next(r for r in rows if r.repo == "pytest-dev/pytest" and r.version == "5.4")
-    with pytest.raises(Unsupported, match=r"Python 3\.11.*3\.10"):
-        check_python(old_pytest, (3, 11))
-    assert check_python(old_pytest, (3, 9)) is not None
-    unknown = next(r for r in rows if r.repo == "django/django")
-    with pytest.raises(Unsupported, match="--requirements"):
-        check_python(unknown, (3, 11))
+def test_an_instance_whose_python_is_missing_is_refused_with_the_fix() -> None:
+    tmp_path = Path(tempfile.mkdtemp(dir=cache_root()))
+    tmp_path.chmod(0o755)
+    (row,) = select(load_mini(), instance="mini__kvstore-2")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(MINI_DATA / "kvstore.bundle"), str(clone)], check=True)
+    plan = SetupPlan(python="3.2", steps=(), source="test")
+    with pytest.raises(Unsupported, match=r"Python 3\.2.*pyenv install 3\.2.*--python"):
+        prepare(row, clone, tmp_path / "ws", plan=plan)
+    assert not (tmp_path / "ws" / row.instance_id).exists()
 
 
 def test_unprepared_instance_says_how_to_prepare(tmp_path: Path) -> None:
