@@ -14,8 +14,10 @@ from PIL import Image
 import envhub
 from envhub.messages import ImagePart, TextPart
 
-BUILT_IN = sorted(envhub.registry.index.ids()) if envhub.registry.index else []
-NEEDS_REAL_REPOSITORIES = {"swe-bench-lite-v0"}  # resets check out a real GitHub repository
+# swe-bench-lite's resets check out a real GitHub repository, which no test machine can reach: it is left
+# out here (not skipped), and swe-mini checks the same env class offline.
+NEEDS_REAL_REPOSITORIES = {"swe-bench-lite-v0"}
+BUILT_IN = sorted(set(envhub.registry.index.ids()) - NEEDS_REAL_REPOSITORIES) if envhub.registry.index else []
 
 
 def gymnasium_complaints(caught: list[warnings.WarningMessage]) -> list[str]:
@@ -25,8 +27,6 @@ def gymnasium_complaints(caught: list[warnings.WarningMessage]) -> list[str]:
 
 @pytest.mark.parametrize("env_id", BUILT_IN)
 def test_gymnasium_checker_passes_on_every_built_in_env(env_id: str) -> None:
-    if env_id in NEEDS_REAL_REPOSITORIES:
-        pytest.skip("its episodes need the real repository checkouts or official images (see docs/swe.md)")
     env = envhub.make(env_id).to_gymnasium()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
