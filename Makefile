@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PLUGINS := $(wildcard envs/*/pyproject.toml)
 
-.PHONY: install install-core install-vllm bubblewrap test test-vllm lint demo bench clean
+.PHONY: install install-core install-vllm bubblewrap prerequisites test test-shared-host test-vllm lint demo bench clean
 
 # The library and every first-party plugin under envs/, editable: enough for the demo.
 $(VENV)/.core: pyproject.toml $(PLUGINS)
@@ -52,15 +52,29 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy envhub envs tests benchmarks
 	$(VENV)/bin/mypy trainer  # separately: its tests' conftest would clash with envs/swe's as a module name
+	$(VENV)/bin/mypy conftest.py  # the suite's skip policy; separately, for the same reason
 
-# Everything: lint, the suite, then the vLLM tests in vLLM's own venv.
-test: lint bubblewrap
-	$(VENV)/bin/pytest
+# What the tests need from the system: Python's venv, bubblewrap, a running Docker engine with envhub's
+# images, Debian's Chromium. As root it installs and starts what is missing (seconds when nothing is);
+# otherwise it prints the commands to run as root and stops.
+prerequisites:
+	@bash sandboxes/ci-setup.sh
+
+# Everything, from a fresh machine: the system's part, lint, the suite, the sandbox and rollout suites
+# again as on a shared host, then the vLLM tests in vLLM's own venv. --strict-skips: a skip not on the
+# allow-list in conftest.py fails the run (each skip is listed with its reason at the end).
+test: prerequisites lint
+	$(VENV)/bin/pytest -m "not vllm" --strict-skips
+	$(MAKE) test-shared-host
 	$(MAKE) test-vllm
 
-# The trainer's vLLM engine against a real (CPU) vLLM: the tests that skip in the main venv.
-test-vllm: install-vllm bubblewrap
-	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/pytest -m vllm --timeout-method=thread trainer/tests
+# The sandbox and rollout suites as on a shared host: two runs at once, then one beside a CPU hog.
+test-shared-host: prerequisites install
+	bash tests/shared-host.sh
+
+# The trainer's vLLM engine against a real (CPU) vLLM: the tests `make test` leaves out of the main venv.
+test-vllm: prerequisites install-vllm
+	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/pytest -m vllm --strict-skips --timeout-method=thread trainer/tests
 
 # The main job on the embedded default: batches of episodes written to Parquet, with summary tables.
 # Code written by the bundled oracle policy runs in the bubblewrap sandbox and is graded by hidden tests.

@@ -1,39 +1,65 @@
 #!/usr/bin/env bash
-# Prepare a fresh Debian machine (as root) for the sandbox tests: bubblewrap for the `local` backend,
-# a Docker engine plus envhub's Python image for the `docker` backend, Chromium for the browser envs.
-# Safe to run again: each step checks before it acts.
+# What the tests need from the system, for `make test` (which runs this first) and so for CI:
+# Python's venv module, bubblewrap for the `local` sandbox, a running Docker engine with envhub's images
+# for the `docker` sandbox and swe-mini, and Debian's Chromium for the browser envs (Playwright drives it).
+# As root it installs, starts and builds what is missing; each step checks before it acts, so running it
+# again costs seconds. As another user it changes nothing: it prints the commands to run, and fails.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 IMAGE="${ENVHUB_SANDBOX_IMAGE:-envhub/python:3-bookworm}"
+SWE_IMAGE="${ENVHUB_SWE_MINI_IMAGE:-envhub/swe-mini:bookworm}"
+DOCKERD_LOG=/var/log/envhub-dockerd.log
 
-need=()
-command -v bwrap >/dev/null || need+=(bubblewrap)
-command -v dockerd >/dev/null || need+=(docker.io)
-command -v debootstrap >/dev/null || need+=(debootstrap)
-command -v chromium >/dev/null || need+=(chromium)  # the browser environments drive it headless
-if ((${#need[@]})); then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+packages=()
+python3 -c 'import venv, ensurepip' 2>/dev/null || packages+=(python3-venv)
+command -v bwrap >/dev/null || packages+=(bubblewrap)
+command -v dockerd >/dev/null || packages+=(docker.io)
+command -v debootstrap >/dev/null || packages+=(debootstrap)  # builds the images without a registry
+command -v chromium >/dev/null || packages+=(chromium)
+
+engine_up() { docker info >/dev/null 2>&1; }
+have_image() { docker image inspect "$1" >/dev/null 2>&1; }
+
+if [ "$(id -u)" != 0 ]; then
+    todo=()
+    ((${#packages[@]})) && todo+=("sudo apt-get install -y --no-install-recommends ${packages[*]}")
+    if ! engine_up; then
+        if [ -S /var/run/docker.sock ]; then
+            todo+=("sudo usermod -aG docker ${USER:-$(id -un)}   # then log in again: the tests talk to the engine as you")
+        else
+            todo+=("sudo bash $HERE/ci-setup.sh   # starts dockerd and builds $IMAGE and $SWE_IMAGE")
+        fi
+    elif ! have_image "$IMAGE" || ! have_image "$SWE_IMAGE"; then
+        todo+=("sudo bash $HERE/ci-setup.sh   # builds $IMAGE and $SWE_IMAGE (debootstrap needs root)")
+    fi
+    if ((${#todo[@]})); then
+        echo "make test needs these from the system, and only root can install them. Run:" >&2
+        printf '  %s\n' "${todo[@]}" >&2
+        echo "then make test again (or run all of make test as root, which does this itself)." >&2
+        exit 1
+    fi
+    echo "test prerequisites ready: $(bwrap --version), docker $(docker version --format '{{.Server.Version}}')"
+    exit 0
 fi
 
-if ! docker info >/dev/null 2>&1; then
-    # No bridge and no iptables: sandboxes run with --network none, and the CI host may not allow
-    # netfilter changes.
-    nohup dockerd --iptables=false --ip-forward=false --bridge=none \
-        >/var/log/envhub-dockerd.log 2>&1 &
+if ((${#packages[@]})); then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}"
+fi
+
+if ! engine_up; then
+    # No bridge and no iptables: sandboxes run with --network none, and the host may not allow
+    # netfilter changes. setsid: the engine outlives the make that started it, for the next run too.
+    setsid nohup dockerd --iptables=false --ip-forward=false --bridge=none >"$DOCKERD_LOG" 2>&1 < /dev/null &
     for _ in $(seq 1 60); do
-        docker info >/dev/null 2>&1 && break
+        engine_up && break
         sleep 1
     done
-    docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/envhub-dockerd.log" >&2; exit 1; }
+    engine_up || { echo "dockerd did not start; see $DOCKERD_LOG" >&2; exit 1; }
 fi
 
-if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
-    "$HERE/python/build.sh" "$IMAGE"
-fi
-SWE_IMAGE="${ENVHUB_SWE_MINI_IMAGE:-envhub/swe-mini:bookworm}"
-if ! docker image inspect "$SWE_IMAGE" >/dev/null 2>&1; then
-    "$HERE/swe-mini/build.sh" "$SWE_IMAGE"
-fi
-echo "sandbox prerequisites ready: $(bwrap --version), docker $(docker version --format '{{.Server.Version}}'), image $IMAGE"
+have_image "$IMAGE" || "$HERE/python/build.sh" "$IMAGE"
+have_image "$SWE_IMAGE" || "$HERE/swe-mini/build.sh" "$SWE_IMAGE"
+echo "test prerequisites ready: $(bwrap --version), docker $(docker version --format '{{.Server.Version}}')," \
+    "images $IMAGE $SWE_IMAGE, $(chromium --version 2>/dev/null || echo chromium)"
