@@ -4,7 +4,8 @@ row's official image, see `official_runtime`.)
 
 `envhub swe prepare --instance ID --repo CLONE` makes, under the workspaces root:
 
-    ROOT/ID/repo                 a clone of CLONE at base_commit (shared objects, no refs at all)
+    ROOT/ID/repo                 a clone of CLONE at base_commit (shared objects; no branch, and
+                                 only the tags base_commit contains, as in the official image)
     ROOT/ID/venv                 a venv of the spec's Python with the harness's packages, and the
                                  repository installed as the spec says (`pip install -e .` included)
     ROOT/ID/envhub-workspace.json  the manifest: written last, so a workspace without it is unfinished
@@ -181,7 +182,7 @@ def _build(
 ) -> Workspace:
     _git(repo.parent, "clone", "-q", "--shared", "--no-checkout", str(clone), str(repo))
     _git(repo, "checkout", "-q", "--detach", instance.base_commit)
-    _keep_only_tags_before(repo)  # versions from git (setuptools_scm) read them as the harness's clone does
+    _keep_only_tags_before(repo)  # as the harness's clone: a version from git (setuptools_scm) needs them
     log.write(f"$ {interpreter.executable} -m venv {venv}\n")
     _run([str(interpreter.executable), "-m", "venv", str(venv)], repo, timeout_s, log, "creating the venv")
     done: list[dict[str, object]] = []
@@ -194,8 +195,7 @@ def _build(
             _run_step(step, venv, repo, Path(home), timeout_s, log)
     kept, restored = _settle_tracked_changes(repo)
     rebased = rebase_paths(venv, repo, TESTBED)
-    for ref in _git(repo, "for-each-ref", "--format=%(refname)").splitlines():
-        _git(repo, "update-ref", "-d", ref)  # no branch or tag may lead to the fix
+    _keep_only_tags_before(repo)  # no branch or tag may lead to the fix (the set-up may have made some)
     _git(repo, "reflog", "expire", "--expire=now", "--all")
     _open_for_sandbox(venv)
     return Workspace(
@@ -231,8 +231,9 @@ class SetupLog:
 
 
 def _keep_only_tags_before(repo: Path) -> None:
-    """Delete every ref but the tags base_commit contains (`git describe` sees what the harness's clone
-    sees: it deletes the tags after base_commit's date)."""
+    """Delete every ref but the tags base_commit contains: no ref reaches a later commit, and `git
+    describe` (setuptools_scm's version, also at the eval script's reinstall) sees what it sees in the
+    harness's clone, which deletes the tags after base_commit's date."""
     merged = set(_git(repo, "tag", "--merged", "HEAD").splitlines())
     for ref in _git(repo, "for-each-ref", "--format=%(refname)").splitlines():
         if not (ref.startswith("refs/tags/") and ref.removeprefix("refs/tags/") in merged):

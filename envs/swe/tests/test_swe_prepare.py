@@ -28,7 +28,10 @@ def test_prepare_makes_a_checkout_at_base_commit_that_grades() -> None:
     ).stdout.strip()
     assert head == row.base_commit
     refs = subprocess.run(["git", "for-each-ref"], cwd=repo, capture_output=True, text=True).stdout
-    assert refs == ""  # no branch leads to the later commit
+    later = subprocess.run(
+        ["git", "for-each-ref", "--no-merged", "HEAD"], cwd=repo, capture_output=True, text=True
+    ).stdout
+    assert "refs/heads/" not in refs and later == ""  # no ref leads to a later commit
     runtime, workspace = prepared(row, tmp_path / "ws", "local")
     assert asyncio.run(grade(row, row.patch, runtime, workspace)).resolved
     assert not asyncio.run(grade(row, "", runtime, workspace)).resolved
