@@ -39,9 +39,10 @@ _PYTEST_RESULT = re.compile(r"^(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS) ([^\s\[
 _PYTEST_VERBOSE = re.compile(r"^(\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b")
 _PYTEST_SUMMARY = re.compile(r"^=+ short test summary info =+$")
 PYTEST_FINAL = re.compile(
-    r"^=+ .*\b(?:passed|failed|errors?|skipped|xfailed|xpassed|no tests ran)\b.* in [\d.]+s.*=+$"
+    r"^=+ .*\b(?:passed|failed|errors?|skipped|xfailed|xpassed|no tests ran)\b.* in [\d.]+(?:s| seconds).*=+$"
 )
-"""pytest's closing line, `==== 3 passed, 1 failed in 0.12s ====`: the run got to the end."""
+"""pytest's closing line, `==== 3 passed, 1 failed in 0.12s ====` (before pytest 5: `in 0.12 seconds`):
+the run got to the end."""
 
 
 def _clean(line: str) -> str:

@@ -183,8 +183,11 @@ def _build(
     _git(repo.parent, "clone", "-q", "--shared", "--no-checkout", str(clone), str(repo))
     _git(repo, "checkout", "-q", "--detach", instance.base_commit)
     _keep_only_tags_before(repo)  # as the harness's clone: a version from git (setuptools_scm) needs them
-    log.write(f"$ {interpreter.executable} -m venv {venv}\n")
-    _run([str(interpreter.executable), "-m", "venv", str(venv)], repo, timeout_s, log, "creating the venv")
+    # --copies: the venv's python is a file of its own, like a conda environment's, so a link to it (tox's
+    # `--current-env` links .tox/ENV/bin/python to it) still finds the venv, not the base interpreter.
+    create = [str(interpreter.executable), "-m", "venv", "--copies", str(venv)]
+    log.write(f"$ {' '.join(create)}\n")
+    _run(create, repo, timeout_s, log, "creating the venv")
     done: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="envhub-swe-home-") as home:
         for step in plan.steps:
