@@ -128,6 +128,12 @@ def prepare(
     log = SetupLog(root / f"{instance.instance_id}.prepare.log", on_output)
     try:
         workspace = _build(instance, clone, repo, venv, plan, interpreter, timeout_s, log)
+    except (Unsupported, SetupFailed):
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    except RuntimeError as exc:  # git or the file system: said as a set-up failure, with the log
+        shutil.rmtree(dest, ignore_errors=True)
+        raise SetupFailed(str(exc), log.path) from exc
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
@@ -157,6 +163,16 @@ def _check_commit(clone: Path, commit: str, instance_id: str) -> None:
         )
 
 
+def _check_complete(repo: Path, clone: Path, instance_id: str) -> None:
+    """Every file of base_commit was checked out: a snapshot can lack some blobs (large data files)."""
+    missing = _git(repo, "ls-files", "--deleted").splitlines()
+    if missing:
+        raise Unsupported(
+            f"{instance_id}: {clone} lacks {len(missing)} file(s) of base_commit (e.g. {missing[0]}): the "
+            "clone is incomplete (a snapshot without its large files?); clone the full repository"
+        )
+
+
 def _interpreter(version: str, explicit: str | None, instance: Instance) -> Interpreter:
     if version == "3" and explicit is None:  # swe-mini: any Python 3 the sandbox already sees
         found = probe(_sandbox_python())
@@ -182,6 +198,7 @@ def _build(
 ) -> Workspace:
     _git(repo.parent, "clone", "-q", "--shared", "--no-checkout", str(clone), str(repo))
     _git(repo, "checkout", "-q", "--detach", instance.base_commit)
+    _check_complete(repo, clone, instance.instance_id)
     _keep_only_tags_before(repo)  # as the harness's clone: a version from git (setuptools_scm) needs them
     # --copies: the venv's python is a file of its own, like a conda environment's, so a link to it (tox's
     # `--current-env` links .tox/ENV/bin/python to it) still finds the venv, not the base interpreter.
