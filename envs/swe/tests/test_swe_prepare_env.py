@@ -254,3 +254,16 @@ def test_the_workspace_root_must_be_reachable_by_the_sandbox(tmp_path: Path) -> 
         pytest.skip("this machine's temp folder is open to every user")
     with pytest.raises(Unsupported, match="closed to other users"):
         prepare(row, repo, closed, plan=plan)
+
+
+def test_a_clone_missing_files_of_base_commit_is_refused() -> None:
+    where, repo, row, plan = _tiny()
+    blob = subprocess.run(
+        ["git", "rev-parse", "HEAD:src/tinypkg/core.py"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()  # as a snapshot without some blobs
+    with pytest.raises(
+        Unsupported, match=r"lacks 1 file\(s\) of base_commit \(e\.g\. src/tinypkg/core\.py\)"
+    ):
+        prepare(row, repo, where / "ws", plan=plan)
+    assert not (where / "ws" / row.instance_id).exists()
