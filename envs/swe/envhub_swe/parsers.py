@@ -57,10 +57,21 @@ def _outer_summary(lines: list[str]) -> list[str]:
     return lines[headers[-1] + 1 :]
 
 
+_PYTEST_PROGRESS = re.compile(r"^(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\s+(\[\S*)")
+"""A live-logging line, `PASSED            [100%]`: the official parser takes its second word for a test
+id, and the dataset lists such ids (`[100%]`, `[` in pytest-dev__pytest-5227's PASS_TO_PASS)."""
+
+
 def parse_pytest(log: str, *, verbose_lines: bool = False, options: bool = False) -> StatusMap:
     """`pytest -rA`: `STATUS id` summary lines (`FAILED id - reason`)."""
     lines = [_clean(line) for line in log.splitlines()]
     results: StatusMap = {}
+    for line in lines:  # the official reading of progress ids, the last line winning; a failing one
+        progress = _PYTEST_PROGRESS.match(line)  # leaves the id out (not passed), never a failure
+        if progress and Status(progress[1]) in PASSING:  # that could void an honest log
+            results[progress[2]] = Status(progress[1])
+        elif progress:
+            results.pop(progress[2], None)
     for line in _outer_summary(lines):
         match = _PYTEST_RESULT.match(line)
         if match:
