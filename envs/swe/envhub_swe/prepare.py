@@ -6,8 +6,9 @@ row's official image, see `official_runtime`.)
 
     ROOT/ID/repo                 a clone of CLONE at base_commit (shared objects; no branch, and
                                  only the tags base_commit contains, as in the official image)
-    ROOT/ID/venv                 a venv of the spec's Python with the harness's packages, and the
-                                 repository installed as the spec says (`pip install -e .` included)
+    ROOT/ID/venv                 the environment: a copy of the spec's Python (as a conda env is a
+                                 prefix of its own; a venv for /usr's interpreters) with the harness's
+                                 packages and the repository installed as the spec says (`-e .` too)
     ROOT/ID/envhub-workspace.json  the manifest: written last, so a workspace without it is unfinished
 
 The steps are the official harness's scripts adapted to a venv (`specs.py`). The editable install is
@@ -200,11 +201,7 @@ def _build(
     _git(repo, "checkout", "-q", "--detach", instance.base_commit)
     _check_complete(repo, clone, instance.instance_id)
     _keep_only_tags_before(repo)  # as the harness's clone: a version from git (setuptools_scm) needs them
-    # --copies: the venv's python is a file of its own, like a conda environment's, so a link to it (tox's
-    # `--current-env` links .tox/ENV/bin/python to it) still finds the venv, not the base interpreter.
-    create = [str(interpreter.executable), "-m", "venv", "--copies", str(venv)]
-    log.write(f"$ {' '.join(create)}\n")
-    _run(create, repo, timeout_s, log, "creating the venv")
+    _make_environment(interpreter, venv, repo, timeout_s, log)
     done: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="envhub-swe-home-") as home:
         for step in plan.steps:
@@ -343,13 +340,56 @@ def rebase_paths(venv: Path, repo: Path, target: str) -> list[str]:
 
 
 def _replace_in(path: Path, old: bytes, new: bytes) -> bool:
+    """Replace in a new file (an environment's files may be hard links to the interpreter's own)."""
     if path.stat().st_size > 4 * 1024 * 1024:
         return False
     data = path.read_bytes()
     if old not in data or b"\0" in data[:4096]:
         return False
-    path.write_bytes(data.replace(old, new))
+    fresh = path.with_name(f".{path.name}.envhub-new")
+    fresh.write_bytes(data.replace(old, new))
+    shutil.copymode(path, fresh)
+    fresh.replace(path)
     return True
+
+
+ACTIVATE = """# envhub: activates this environment (a copy of {prefix}: a prefix of its own, as conda's)
+export PATH="{env}/bin:$PATH"
+export ENVHUB_PYTHON_ENV="{env}"
+hash -r 2>/dev/null || true
+"""
+
+
+def _make_environment(
+    interpreter: Interpreter, env: Path, repo: Path, timeout_s: float, log: SetupLog
+) -> None:
+    """The environment the steps install into: like conda's `create -n testbed python=X`, a prefix of
+    its own, so that even a link to its `python` (tox --current-env makes .tox/ENV/bin/python one) runs
+    in it. A venv cannot do that (a linked venv python loses its pyvenv.cfg): interpreters outside /usr
+    are copied whole, as hard links where possible; /usr's own get a venv (its prefix is the system's)."""
+    if interpreter.visible_in_sandbox:
+        create = [str(interpreter.executable), "-m", "venv", "--copies", str(env)]
+        log.write(f"$ {' '.join(create)}\n")
+        _run(create, repo, timeout_s, log, "creating the venv")
+        return
+    log.write(f"$ cp -al {interpreter.prefix} {env}  (a copy of the interpreter's prefix)\n")
+    linked = subprocess.run(
+        ["cp", "-al", str(interpreter.prefix), str(env)], capture_output=True, check=False
+    )
+    if linked.returncode != 0:
+        shutil.rmtree(env, ignore_errors=True)
+        shutil.copytree(interpreter.prefix, env, symlinks=True)
+    old, new = str(interpreter.prefix).encode(), str(env).encode()
+    for script in (env / "bin").iterdir():  # pip's and idle's #! lines name the original interpreter
+        if script.is_file() and not script.is_symlink():
+            _replace_in(script, old, new)
+    (env / "bin" / "activate").write_text(ACTIVATE.format(prefix=interpreter.prefix, env=env))
+    python = env / "bin" / f"python{interpreter.minor}"
+    if not python.exists():
+        raise SetupFailed(f"{interpreter.prefix} has no bin/python{interpreter.minor}", log.path)
+    for name in ("python", "python3"):
+        if not (env / "bin" / name).exists():
+            (env / "bin" / name).symlink_to(python.name)
 
 
 def _open_for_sandbox(venv: Path) -> None:

@@ -88,12 +88,16 @@ def test_an_interpreter_the_sandbox_cannot_reach_is_bound_at_its_own_path() -> N
     assert json.loads((dest / MANIFEST).read_text())["python"] == ".".join(map(str, interpreter.version))
     runtime, _ = prepared(row, where / "ws", "local")
 
-    async def version() -> str:
+    async def run(command: str) -> str:
         async with await runtime.open() as sandbox:
-            result = await sandbox.exec(f"{runtime.activation}; python -c 'import sys; print(sys.version)'")
+            result = await sandbox.exec(f"{runtime.activation}; {command}")
             return result.stdout + result.stderr
 
-    assert asyncio.run(version()).startswith(f"{interpreter.minor}.")
+    assert asyncio.run(run("python -c 'import sys; print(sys.version)'")).startswith(f"{interpreter.minor}.")
+    # A link to the environment's python still runs in it, as tox --current-env's .tox/ENV/bin/python does
+    # with a conda environment's (a venv's python, linked, would lose its packages).
+    linked = 'mkdir -p /tmp/l/bin && ln -s "$(command -v python)" /tmp/l/bin/python && /tmp/l/bin/python'
+    assert asyncio.run(run(f"{linked} -c 'import tinydep; print(tinydep.double(21))'")).strip() == "42"
     gold, empty = _grade_both(row, where / "ws")
     assert gold.resolved and not empty.resolved, gold.summary()
 
