@@ -191,7 +191,8 @@ class LocalSandbox(Sandbox):
             _fill_scratch(scratch, policy, slot.uid)
         except BaseException:
             if scratch is not None:
-                _remove_scratch(scratch)
+                with contextlib.suppress(OSError, SandboxError):  # the error worth raising is the first
+                    _remove_scratch(scratch)
             slot_pool().release(slot)
             raise
         return cls(policy, bwrap=bwrap, version=version, slot=slot, scratch=scratch)
@@ -658,7 +659,8 @@ def _sweep_stale_scratch() -> None:
     for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
         owner = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
         if owner.isdigit() and not Path(f"/proc/{owner}").exists():
-            _remove_scratch(path)
+            with contextlib.suppress(OSError, SandboxError):  # best effort: the next process tries again
+                _remove_scratch(path)
 
 
 def _remove_scratch(scratch: Path) -> None:
