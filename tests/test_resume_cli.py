@@ -41,6 +41,16 @@ def wait_for_stored(out: Path, process: subprocess.Popen[str], count: int) -> No
         time.sleep(0.05)
 
 
+def finish(process: subprocess.Popen[str]) -> str:
+    """The process's output once it exits; after 120 s (a hang, not a slow host) it is killed and the
+    test fails with what it printed."""
+    try:
+        return process.communicate(timeout=120)[0]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        pytest.fail(f"the rollout did not exit within 120 s of the signal:\n{process.communicate()[0]}")
+
+
 @pytest.mark.slow
 def test_kill_9_mid_batch_then_resume_completes_exactly(plugin_site: Path, tmp_path: Path) -> None:
     out = tmp_path / "batch"
@@ -72,7 +82,7 @@ def test_ctrl_c_stores_what_finished_and_says_how_to_resume(plugin_site: Path, t
     process = rollout(out, plugin_site)
     wait_for_stored(out, process, 1)  # the held episodes keep the batch from finishing before the signal
     process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=30)
+    output = finish(process)
     assert process.returncode == 130, output
     assert "run the same command with --resume to finish" in output
     manifest = load_manifest(out)
