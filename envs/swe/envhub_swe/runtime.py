@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import io
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -338,8 +339,7 @@ async def open_workspace(sandbox: Sandbox, workspace: Path | None, base_commit: 
 
 # -- the submission -----------------------------------------------------------------------------------
 
-SNAPSHOT = "/tmp/envhub-submission.tar"
-SNAPSHOT_COMMAND = f"tar -c --exclude=.git -f {SNAPSHOT} -C {TESTBED} ."
+SNAPSHOT_COMMAND = f'rm -rf -- "$1" && tar -c --exclude=.git -f "$1" -C {TESTBED} .'
 """The agent's files, every `.git` left behind: the agent's git configuration, hooks, attributes and
 objects never reach the grader. `tar` reads no configuration, and in the local sandbox it is the host's."""
 
@@ -381,11 +381,15 @@ class SubmissionRefused(Exception):
 
 async def snapshot(sandbox: Sandbox) -> bytes:
     """The agent's repository files as a tar archive (no `.git`), taken at submit time."""
-    result = await sandbox.exec(SNAPSHOT_COMMAND, timeout=300)
+    archive = f"/tmp/envhub-submission-{secrets.token_hex(8)}.tar"  # a name the agent cannot plant
+    result = await sandbox.exec(["/bin/sh", "-c", SNAPSHOT_COMMAND, "sh", archive], timeout=300)
     if result.timed_out or result.exit_code != 0:
         reason = "timed out" if result.timed_out else result.stderr.strip()[-300:]
         raise SubmissionRefused(f"the repository could not be archived for grading: {reason}")
-    return await sandbox.read_file(SNAPSHOT)
+    try:
+        return await sandbox.read_file(archive)
+    except OSError as exc:  # swapped for a link or a pipe by the agent's processes, still running
+        raise SubmissionRefused(f"the repository's archive could not be read: {exc}") from exc
 
 
 async def diff_snapshot(instance: Instance, tree: bytes, runtime: Runtime, workspace: Path | None) -> str:

@@ -306,3 +306,20 @@ def test_class4_an_unreadable_workspace_scores_zero_with_the_reason() -> None:
     assert report is not None and not report.resolved
     assert report.problem is not None and "could not be archived" in report.problem
     assert "could not be archived" in env.reward_notes["resolved"]  # the episode record says why
+
+
+def test_class4_links_and_pipes_planted_in_tmp_do_not_break_or_steer_the_submission() -> None:
+    """The archive's name is fresh per submit; whatever the agent planted in /tmp, a fix still resolves."""
+
+    async def run() -> tuple[SWEMini, float]:
+        env = SWEMini(instance=PYTEST_STYLE)
+        await env.reset(seed=0)
+        assert env.instance is not None
+        plant = "for n in envhub-submission.tar envhub-submission.patch envhub-tree.tar; do ln -sf /etc/passwd /tmp/$n; done; mkfifo /tmp/envhub-eval-setup.sh"
+        await env.step(bash(f"git apply - <<'EOF'\n{env.instance.patch}EOF\n{plant}"))
+        result = await env.step(SUBMIT)
+        await env.close()
+        return env, result.reward
+
+    env, reward = asyncio.run(run())
+    assert reward == 1.0, env.report and env.report.summary()
