@@ -69,12 +69,11 @@ def plan(command: str, tests: Sequence[str], parser: str, exists: Mapping[str, b
     file = _target(command, tests, exists)
     if file is None:
         return "no test file of the test command could be found for the canaries"
-    token = secrets.token_hex(5)
-    canaries = Canaries(
+    canaries = Canaries(  # names alike and meaningless: nothing tells the must-fail one from the other
         file=file,
-        class_name=f"Test{token.capitalize()}Behaviour",
-        must_pass=f"test_{token}_keeps",
-        must_fail=f"test_{secrets.token_hex(5)}_breaks",
+        class_name=f"Test{secrets.token_hex(5).capitalize()}",
+        must_pass=f"test_{secrets.token_hex(5)}",
+        must_fail=f"test_{secrets.token_hex(5)}",
         functions=parser == _SYMPY_PARSER,
     )
     if any("::" in arg for arg in _args(command)):
