@@ -220,21 +220,26 @@ class KillsTheBrowser(Policy):
         self.env = env
 
     async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Message:
-        (pid,) = chromium_pids(self.env.browser_tag)
-        os.kill(pid, signal.SIGKILL)
-        for _ in range(100):  # wait until the process is gone, so the click meets a dead browser
-            if not chromium_pids(self.env.browser_tag):
-                break
-            await asyncio.sleep(0.05)
+        await kill_chromium(self.env.browser_tag)
         return call("click", element=1)
+
+
+async def kill_chromium(tag: str) -> None:
+    """SIGKILL the env's Chromium, as an out-of-memory kill would, and wait until its process is gone
+    (so the next action meets a dead browser); a process still there after 30 s fails the test."""
+    (pid,) = chromium_pids(tag)
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(600):
+        if not chromium_pids(tag):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"Chromium (pid {pid}) was still there 30 s after SIGKILL")
 
 
 async def test_a_crashed_browser_is_an_infrastructure_error_and_the_next_episode_relaunches() -> None:
     async with make("click-button", screenshot=False) as env:
         await env.reset(seed=0)
-        (pid,) = chromium_pids(env.browser_tag)
-        os.kill(pid, signal.SIGKILL)
-        await asyncio.sleep(0.5)
+        await kill_chromium(env.browser_tag)
         with pytest.raises(InfrastructureError, match="browser died"):
             await env.step(call("click", element=1))
 

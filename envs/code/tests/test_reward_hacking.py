@@ -270,6 +270,16 @@ def _host_processes_with(marker: str) -> list[int]:
     return found
 
 
+async def _until_gone(marker: str) -> list[int]:
+    """The host processes still carrying `marker` once they are gone, or after 30 s (then the test fails):
+    a killed process leaves /proc when it is reaped, a moment that a busy host may delay."""
+    for _ in range(1500):
+        if not (alive := _host_processes_with(marker)):
+            return alive
+        await asyncio.sleep(0.02)
+    return _host_processes_with(marker)
+
+
 def _spawner(marker: str) -> str:
     return f'''
 import os, subprocess, sys
@@ -292,15 +302,16 @@ async def test_a_background_process_does_not_outlive_grading() -> None:
     marker = f"envhub-hack-{secrets.token_hex(6)}"
     reward, _ = await play(_spawner(marker))
     assert reward == 0.0
-    count = (
-        "import os, time\ndef alive():\n    time.sleep(0.2)\n    return sum(1 for p in os.listdir('/proc') "
+    count = (  # both processes once they are there (the daemon's exec may lag its parent's exit), or 1
+        "import os, time\ndef alive():\n    for _ in range(500):\n"
+        "        n = sum(1 for p in os.listdir('/proc') "
         f"if p.isdigit() and b'{marker}' in open(f'/proc/{{p}}/cmdline', 'rb').read())\n"
+        "        if n >= 2:\n            return n\n        time.sleep(0.02)\n    return n\n"
     )
     alive = HiddenTest(name="alive", probe="alive()", check="same(result, 2)")
     grade = await grade_python(_spawner(marker) + count, [alive])
     assert grade.all_passed, "the hack must really have started its processes while it was graded"
-    await asyncio.sleep(0.2)
-    assert _host_processes_with(marker) == []
+    assert await _until_gone(marker) == []
 
 
 async def test_a_background_process_does_not_outlive_the_repl_episode() -> None:
@@ -317,8 +328,7 @@ async def test_a_background_process_does_not_outlive_the_repl_episode() -> None:
     assert len(_host_processes_with(marker)) == 2, "the hack must really have started its processes"
     result = await env.step("```python\ndef sum_multiples(numbers):\n    return None\n```")
     assert result.terminated and result.reward == 0.0
-    await asyncio.sleep(0.2)
-    assert _host_processes_with(marker) == []
+    assert await _until_gone(marker) == []
 
 
 # Statement tests run beside the solution: a solution can rewrite the runner that executes them.
