@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -135,10 +136,14 @@ def test_a_sync_that_times_out_fails_loudly(model_dir: Path, monkeypatch: pytest
 
     engine = VLLMEngine(model_dir, max_new_tokens=4, seed=0, max_model_len=512, sync_timeout=0.2)
     rpc = engine.llm.collective_rpc
+    reloaded = threading.Event()
 
     def slow(*args: Any, **kwargs: Any) -> Any:
-        time.sleep(1.0)
-        return rpc(*args, **kwargs)
+        time.sleep(1.0)  # past the 0.2 s sync timeout, whatever the host's speed
+        try:
+            return rpc(*args, **kwargs)
+        finally:
+            reloaded.set()
 
     monkeypatch.setattr(engine.llm, "collective_rpc", slow)
     state = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True).state_dict()
@@ -147,4 +152,5 @@ def test_a_sync_that_times_out_fails_loudly(model_dir: Path, monkeypatch: pytest
     assert engine.version != 4
     with pytest.raises(WeightSyncError, match="unusable: the sync to version 4 timed out"):
         sample(engine)
-    time.sleep(1.5)  # let the abandoned reload finish before the module's other engine runs
+    # The abandoned reload finishes before the module's other engine runs (120 s: a hang, not a guess).
+    assert reloaded.wait(timeout=120), "the abandoned weight reload never finished"
