@@ -60,6 +60,8 @@ conda() {
 }
 ACTIVATE
 rm /envhub-layout.sh
+# The harness's last set-up step: what the install changed (here: every file's mode) is committed.
+cd /testbed && git -c user.email=setup@swebench.config -c user.name=SWE-bench commit -q --allow-empty -am SWE-bench
 SETUP
 
 CID="$(docker create --user 0:0 --network none "$BASE" /bin/sh /envhub-layout.sh "${REPO%-*}")"

@@ -288,15 +288,24 @@ async def load_workspace(sandbox: Sandbox, workspace: Path) -> None:
 
 IMAGE_REPO_CHECK = f"""cd {TESTBED} || exit 3
 head=$(git rev-parse HEAD) || exit 3
-[ "$head" = "$1" ] || {{ echo "{TESTBED} is at $head, not the row's base_commit $1" >&2; exit 3; }}
+if [ "$head" != "$1" ]; then
+    parent=$(git rev-parse -q --verify "HEAD^" || true)
+    subject=$(git log -1 --format=%s HEAD)
+    [ "$parent" = "$1" ] && [ "$subject" = SWE-bench ] || {{
+        echo "{TESTBED} is at $head: neither base_commit $1 nor the harness's set-up commit on it" >&2
+        exit 3
+    }}
+fi
 """
+"""The harness's images end their set-up with `git commit --allow-empty -am SWE-bench` on base_commit
+(so that what the install changed is not part of anyone's diff): HEAD is that commit, or base_commit."""
 IMAGE_REPO_HIDE = """set -e
 git config core.fileMode false
-git checkout -q --detach "$1"
+git checkout -q --detach HEAD
 git for-each-ref --format='delete %(refname)' | git update-ref --stdin
 git reflog expire --expire=now --all
 dirty=$(git status --porcelain --untracked-files=no)
-[ -z "$dirty" ] || { echo "the image changed tracked files after base_commit: $dirty" >&2; exit 3; }
+[ -z "$dirty" ] || { echo "the image changed tracked files after its last commit: $dirty" >&2; exit 3; }
 git ls-files -z --others --exclude-standard --directory
 """
 """The agent's copy of the image's repository: the SWE-bench harness leaves it `chmod -R 777`
@@ -369,7 +378,8 @@ git -c core.bare=false -c core.fileMode=false add -A
 git -c core.bare=false diff --cached --binary --no-ext-diff --no-textconv --no-color --no-renames "$2" \
     > /tmp/envhub-diff.patch
 """
-"""The diff of the agent's files against base_commit, taken in a sandbox the agent never ran in."""
+"""The diff of the agent's files against the pristine repository's HEAD (base_commit, or the harness's
+set-up commit on it in an official image), taken in a sandbox the agent never ran in."""
 
 
 DIFF_FILE = "/tmp/envhub-diff.patch"
@@ -403,8 +413,11 @@ async def diff_snapshot(instance: Instance, tree: bytes, runtime: Runtime, works
         await sandbox.write_file(
             "/tmp/envhub-exclude", "".join(f"/{_gitignore_escape(p)}\n" for p in untracked)
         )
+        head = await sandbox.exec(["git", "-C", TESTBED, "rev-parse", "HEAD"], env=_GIT_NO_CONFIG, timeout=60)
+        if not head.ok:
+            raise envhub.InfrastructureError(f"the base repository has no HEAD: {head.stderr.strip()[-300:]}")
         result = await sandbox.exec(
-            ["/bin/sh", "-c", DIFF_SCRIPT, "sh", TESTBED, instance.base_commit], env=ISOLATED_GIT, timeout=300
+            ["/bin/sh", "-c", DIFF_SCRIPT, "sh", TESTBED, head.stdout.strip()], env=ISOLATED_GIT, timeout=300
         )
         if result.timed_out or result.exit_code != 0:
             reason = "timed out" if result.timed_out else result.stderr.strip()[-300:]

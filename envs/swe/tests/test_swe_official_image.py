@@ -24,6 +24,7 @@ from envhub_swe.runtime import MINI_IMAGE, Runtime, docker_image_present, grade
 from envhub_swe.validate import validate
 from test_swe_data import LITE, needs_lite
 
+import envhub
 from envhub.messages import Message, ToolCall
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -132,12 +133,13 @@ def test_agent_works_in_its_own_container_of_the_image(lite_dir: Path) -> None:
                 )
             )
             lines = r.observation[0].text.splitlines()
-            # root, in the image's /testbed, the testbed env active, no later history and no tag left
+            # root, in the image's /testbed, the testbed env active, no later history and no tag left:
+            # base_commit and the harness's `SWE-bench` set-up commit on it
             assert lines == [
                 "0",
                 "/testbed",
                 "/opt/miniconda3/envs/testbed/bin/pytest",
-                "1",
+                "2",
                 "",
                 "[exit code 0]",
             ]
@@ -161,3 +163,12 @@ def test_agent_works_in_its_own_container_of_the_image(lite_dir: Path) -> None:
     assert patch.count("diff --git ") == 1 and "stats/core.py" in patch and "old mode" not in patch
     reward, patch = asyncio.run(episode(hack=True))
     assert reward == 0.0 and patch == ""
+
+
+@needs_docker
+def test_an_image_at_another_commit_is_refused(lite_dir: Path) -> None:
+    """Only base_commit, or the harness's set-up commit on it, is the row's repository."""
+    (row,) = select(load_mini(), instance="mini__textkit-1")  # another repository, another base commit
+    runtime = Runtime(kind="docker", image=IMAGE, official_image=True)
+    with pytest.raises(envhub.InfrastructureError, match="neither base_commit"):
+        asyncio.run(grade(row.model_copy(update={"image": IMAGE}), row.patch, runtime, None))
