@@ -47,41 +47,32 @@ def assert_same_curve(rows: list[dict[str, Any]], expected: list[dict[str, Any]]
     # Rank 0 samples exactly as one process: rewards are equal, not close.
     assert [r["reward_mean"] for r in rows] == [r["reward_mean"] for r in expected]
     assert [r["trained_tokens"] for r in rows] == [r["trained_tokens"] for r in expected]
-    # Means over the step's tokens agree to REORDER relative to their terms' magnitudes. Only the loss
-    # cancels (advantages sum to 0, so it is about 0): its terms, an advantage times an IS ratio near 1,
-    # bound its error by REORDER * ADVANTAGE_MAX instead. The rest (KL, clip fraction, IS weights, grad
-    # norm) are sums of terms of one sign, so REORDER is their relative bound.
+    # Means over the step's tokens agree to REORDER relative to their terms' magnitudes. The loss cancels
+    # (advantages sum to 0, so it is about 0): its terms, an advantage times an IS ratio near 1, bound its
+    # error by REORDER * ADVANTAGE_MAX instead. KL, clip fraction and IS weights sum terms of one sign, so
+    # REORDER is their relative bound; the gradient norm is carried by its largest entries, which stand
+    # far above their rounding (two ranks: 2e-7 relative).
     for key in ("loss", "grad_norm", *LossStats().means()):
         absolute = REORDER * ADVANTAGE_MAX if key == "loss" else 0.0
         approx = pytest.approx([r[key] for r in expected], rel=REORDER, abs=absolute)
         assert [r[key] for r in rows] == approx, key
 
 
-def adam_tolerances(
-    weights: dict[str, torch.Tensor], optimiser: dict[str, Any], model: Path, lr: float, steps: int
-) -> dict[str, torch.Tensor]:
-    """How far each weight of the two runs may differ after `steps` AdamW steps, from the fp32 arithmetic.
+# Weights and optimiser moments cannot be bounded element by element from the outside: a gradient entry
+# is a sum of per-token terms that cancel (advantages are centred per group), so its rounding error scales
+# with the terms, not with the entry, and Adam then divides by sqrt(v) + eps, which turns the rounding
+# error of a near-zero entry into up to a whole step. So the reduction-order effect is measured instead:
+# the runs "reordered" are one process with micro-batches of 2 and of 3 rather than 4, the same terms
+# summed in other orders and padded differently, which is all that two ranks change (one reordering is
+# one draw of a random-like error: their maximum is the steadier measure). Two ranks may deviate from
+# one process by a few times what reordering does, and by far less than the lr-sized steps (5e-3) that a
+# real bug (a lost share, stale weights, a wrong scale) costs.
+REORDER_MARGIN = 10
 
-    A tensor's gradients agree to delta = REORDER * (its largest gradient), and its largest gradient is
-    at most sqrt(2) * max sqrt(v_hat) (v_hat, the bias-corrected second moment, averages the two steps'
-    squares). Adam steps by lr * m_hat / (sqrt(v_hat) + eps): a gradient error delta moves that by at
-    most 3 * delta / (sqrt(v_hat) + eps), and no step exceeds lr in size, so two runs differ by at most
-    2 * lr a step. Where sqrt(v_hat) is near the rounding error (a gradient that is nearly 0), only that
-    last bound holds: Adam's normalisation turns rounding noise into a full step.
-    """
-    from transformers import AutoModelForCausalLM
 
-    names = [n for n, _ in AutoModelForCausalLM.from_pretrained(model).named_parameters()]
-    (group,) = optimiser["param_groups"]
-    _, beta2 = group["betas"]
-    tolerances = {}
-    for index, name in zip(group["params"], names, strict=True):
-        v_hat = optimiser["state"][index]["exp_avg_sq"].double() / (1 - beta2**steps)
-        delta = REORDER * 2**0.5 * v_hat.sqrt().max()
-        per_step = torch.clamp(3 * delta / (v_hat.sqrt() + group["eps"]), max=2.0)
-        tolerances[name] = lr * steps * per_step
-    assert tolerances.keys() == weights.keys()
-    return tolerances
+def largest_deviation(a: dict[Any, torch.Tensor], b: dict[Any, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
 
 
 def test_balance_splits_by_tokens_and_repeats() -> None:
@@ -112,12 +103,15 @@ RUNS_TIMEOUT = 900
 
 
 def _collect_runs(model: Path, root: Path) -> None:
-    """Two steps on one process and on two; both resumed to four steps on two; four straight on one;
-    three async steps with KL on one and on two. Saved to root/runs.pt for the tests to compare."""
+    """Two steps on one process, on one with another reduction order, and on two; both resumed to four
+    steps on two; four straight on one; three async steps with KL on one and on two. Saved to
+    root/runs.pt for the tests to compare."""
     out: dict[str, Any] = {"root": root}
     out["one"] = train(config(model, root / "one"))
     out["two"] = train(config(model, root / "two", data_parallel=2))
-    for name in ("one", "two"):
+    for size in (2, 3):
+        out[f"reordered{size}"] = train(config(model, root / f"reordered{size}", micro_batch_size=size))
+    for name in ("one", "two", "reordered2", "reordered3"):
         checkpoint = root / name / "checkpoint"
         out[f"{name}_weights"] = load_file(checkpoint / "model" / "model.safetensors")
         out[f"{name}_optimiser"] = torch.load(checkpoint / "trainer.pt", weights_only=False)["optimiser"]
@@ -157,37 +151,34 @@ def runs(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
 @pytest.mark.timeout(RUNS_TIMEOUT)
 def test_two_ranks_train_like_one_process(runs: dict[str, Any], tiny_model: Path) -> None:
     assert_same_curve(runs["two"], runs["one"])
+    for size in (2, 3):  # the controls are the same run, up to rounding
+        assert_same_curve(runs[f"reordered{size}"], runs["one"])
     assert runs["two"][0]["weights_checksum"]  # verified after step 1: the engine got the gathered weights
-    one, two = runs["one_weights"], runs["two_weights"]
-    assert one.keys() == two.keys()
+    one = runs["one_weights"]
+    noise = max(largest_deviation(runs[f"reordered{size}_weights"], one) for size in (2, 3))
     lr = config(tiny_model, runs["root"]).lr
-    tolerances = adam_tolerances(one, runs["one_optimiser"], tiny_model, lr, steps=2)
-    for name, tensor in one.items():
-        excess = (two[name].double() - tensor.double()).abs() - tolerances[name]
-        assert excess.max() <= 0, f"{name}: off by up to {excess.max():.3g} more than the fp32 bound"
-    # The bound must be able to fail: most weights have one far below the lr-sized step a bug would cost.
-    tight = sum(int((t < lr / 10).sum()) for t in tolerances.values())
-    assert tight > 0.5 * sum(t.numel() for t in tolerances.values())
+    assert noise > 0 and REORDER_MARGIN * noise < lr / 10, "the bound must stay able to fail"
+    deviation = largest_deviation(runs["two_weights"], one)
+    assert deviation <= REORDER_MARGIN * noise, f"two ranks: {deviation:.3g}, reordering: {noise:.3g}"
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(RUNS_TIMEOUT)
 def test_the_checkpoint_format_does_not_depend_on_the_ranks(runs: dict[str, Any]) -> None:
     one, two = runs["one_optimiser"], runs["two_optimiser"]
+    controls = [runs[f"reordered{size}_optimiser"] for size in (2, 3)]
     assert two["param_groups"] == one["param_groups"]
     assert two["state"].keys() == one["state"].keys()
-    beta1, beta2 = one["param_groups"][0]["betas"]
     for index, state in one["state"].items():
         assert two["state"][index].keys() == state.keys()
         assert torch.equal(two["state"][index]["step"], state["step"])
-        # The moments are sums of the two steps' gradients (squared for v), which agree to delta
-        # (adam_tolerances): m by (1 - beta1)(1 + beta1) * delta, v by (1 - beta2)(1 + beta2) * 2g * delta.
-        g_max = 2**0.5 * (state["exp_avg_sq"].double() / (1 - beta2**2)).sqrt().max()
-        delta = REORDER * g_max
-        bounds = {"exp_avg": (1 - beta1**2) * delta, "exp_avg_sq": (1 - beta2**2) * 2 * g_max * delta}
-        for key, bound in bounds.items():
-            difference = (two["state"][index][key].double() - state[key].double()).abs().max()
-            assert difference <= bound, f"{index} {key}: {difference:.3g} > {bound:.3g}"
+    for key in ("exp_avg", "exp_avg_sq"):  # sums of the steps' gradients (squared): as for the weights
+        moments = {i: s[key] for i, s in one["state"].items()}
+        noise = max(largest_deviation({i: s[key] for i, s in c["state"].items()}, moments) for c in controls)
+        deviation = largest_deviation({i: s[key] for i, s in two["state"].items()}, moments)
+        assert deviation <= REORDER_MARGIN * noise, (
+            f"{key}: two ranks {deviation:.3g}, reordering {noise:.3g}"
+        )
 
 
 @pytest.mark.slow
