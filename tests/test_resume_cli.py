@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,20 @@ EPISODES = 200
 HELD = 40  # seeds 0-39 can finish before the release file exists: two shards of 16 and 8 in the journal
 
 
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_rollout_outlives_its_test() -> Iterator[None]:
+    """A failed test must not leave a rollout waiting forever for its release file."""
+    yield
+    while _STARTED:
+        process = _STARTED.pop()
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+
+
 def rollout(out: Path, site: Path, *extra: str) -> subprocess.Popen[str]:
     release = out.parent / "release"
     command = [
@@ -29,7 +44,9 @@ def rollout(out: Path, site: Path, *extra: str) -> subprocess.Popen[str]:
         "--episodes", str(EPISODES), "--concurrency", "4", "--shard-size", "16", "--out", str(out), *extra,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(site), "COLUMNS": "120"}
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _STARTED.append(process)
+    return process
 
 
 def wait_for_stored(out: Path, process: subprocess.Popen[str], count: int) -> None:
