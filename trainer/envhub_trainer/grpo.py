@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+import envhub
 from envhub.core import Action, Env
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
@@ -114,7 +115,10 @@ async def play_groups(
 ) -> tuple[list[list[Episode]], float, float]:
     """`group_size` episodes of every task (same seed, different samples); returns generation/env seconds.
 
-    With `ray: true` the environment-worker actors play them against the engine actors instead."""
+    With `ray: true` the environment-worker actors play them against the engine actors instead. An env
+    id the registry does not know is the config's mistake, not an episode's: it stops the run
+    (`KeyError`, with did-you-mean) instead of failing every episode and dropping every group."""
+    envhub.spec(config.env_id)
     if config.ray:
         from envhub_trainer import ray_rollout  # imports Ray: only when asked for
 
