@@ -29,9 +29,6 @@ SCAFFOLDED = "envhub-word-reverse/"
 
 # Blocks of documents this change could not edit (docs/swe.md is the lead's), and why they cannot run;
 # each goes once its document carries the `not run` comment itself.
-PENDING_MARKS = {
-    ("docs/swe.md", 'path="/data/swe-bench-lite"'): "needs the SWE-bench Lite rows at /data/swe-bench-lite",
-}
 
 
 @dataclass(frozen=True)
@@ -62,14 +59,10 @@ def blocks(document: Path) -> list[Block]:
             code = "\n".join(lines[start : number - 1])
             marker = NOT_RUN.match(lines[start - 2].strip()) if start >= 2 else None
             name = document.relative_to(ROOT).as_posix()
-            reason = marker["reason"] if marker else pending_mark(name, code)
+            reason = marker["reason"] if marker else None
             found.append(Block(name, start, code, reason))
             start = None
     return found
-
-
-def pending_mark(document: str, code: str) -> str | None:
-    return next((why for (doc, text), why in PENDING_MARKS.items() if doc == document and text in code), None)
 
 
 ALL = [block for document in DOCUMENTS for block in blocks(document)]
