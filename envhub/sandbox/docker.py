@@ -19,6 +19,7 @@ import contextlib
 import errno
 import io
 import json
+import os
 import socket
 import stat
 import tarfile
@@ -55,6 +56,8 @@ _REAP = '"$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
 """Wraps every command: afterwards, kill whatever it left running (every EXEC_USER process but this
 shell), as the local backend's pid namespace does; the init survives, owned by another uid."""
 LABEL = "envhub.sandbox"
+OWNER_LABEL = "envhub.owner"
+"""The pid of the process that made the container: what a leak check on a shared engine looks at."""
 HOST_GRACE_S = 10.0
 CGROUP_V1 = Path("/sys/fs/cgroup")
 _NAMESPACE_FLAGS = (0x00020000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x02000000)
@@ -92,7 +95,7 @@ def _client() -> docker.DockerClient:
     try:
         import docker
     except ImportError as exc:
-        raise SandboxUnavailable("the docker backend needs the SDK: pip install 'envhub[docker]'") from exc
+        raise SandboxUnavailable("the docker backend needs the SDK: pip install 'envhub-core[docker]'") from exc
     try:
         client = docker.from_env(timeout=60)
         client.ping()
@@ -165,7 +168,7 @@ class DockerSandbox(Sandbox):
             command=["sleep", "infinity"],
             detach=True,
             init=True,
-            labels={LABEL: "1"},
+            labels={LABEL: "1", OWNER_LABEL: str(os.getpid())},
             network_mode="bridge" if policy.network else "none",
             mem_limit=policy.memory_mb * MiB,
             memswap_limit=policy.memory_mb * MiB,

@@ -35,7 +35,7 @@ def _sdk() -> Any:
     try:
         import e2b_code_interpreter
     except ImportError as exc:
-        raise SandboxUnavailable("the e2b backend needs the SDK: pip install 'envhub[e2b]'") from exc
+        raise SandboxUnavailable("the e2b backend needs the SDK: pip install 'envhub-core[e2b]'") from exc
     return e2b_code_interpreter
 
 

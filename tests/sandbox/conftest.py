@@ -19,7 +19,7 @@ def docker_skip_reason() -> str | None:
     try:
         import docker
     except ImportError:
-        return "the docker SDK is not installed (pip install 'envhub[docker]')"
+        return "the docker SDK is not installed (pip install 'envhub-core[docker]')"
     try:
         client = docker.from_env(timeout=5)
         client.ping()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 import envhub.sandbox as sandbox
 from envhub.sandbox import IsolationPolicy
-from envhub.sandbox.docker import LABEL, seccomp_profile
+from envhub.sandbox.docker import OWNER_LABEL, seccomp_profile
 from tests.sandbox.conftest import _DOCKER_SKIP, DOCKER_IMAGE, open_backend
 
 pytestmark = pytest.mark.skipif(_DOCKER_SKIP is not None, reason=_DOCKER_SKIP or "")
@@ -21,7 +22,8 @@ def _containers() -> int:
 
     client = docker.from_env()
     try:
-        return len(client.containers.list(all=True, filters={"label": LABEL}))
+        # This process's own: another test run or rollout may use the same engine at the same time.
+        return len(client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={os.getpid()}"}))
     finally:
         client.close()
 
@@ -56,7 +58,7 @@ def test_seccomp_profile_is_valid_json_with_the_deny_list() -> None:
     assert {"ptrace", "unshare", "mount", "keyctl", "bpf"} <= denied
 
 
-ROOT_IMAGE = "envhub/python-root:test"
+ROOT_IMAGE = f"envhub/python-root:test-{os.getpid()}"  # a tag of this run's own: others run beside it
 WRITABLE = IsolationPolicy(writable_image=True, workdir="/srv", memory_mb=200, pids=32, wall_time_s=20)
 """The image's own /srv (root-owned) as the workdir, kept writable."""
 
