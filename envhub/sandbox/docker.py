@@ -95,7 +95,9 @@ def _client() -> docker.DockerClient:
     try:
         import docker
     except ImportError as exc:
-        raise SandboxUnavailable("the docker backend needs the SDK: pip install 'envhub-core[docker]'") from exc
+        raise SandboxUnavailable(
+            "the docker backend needs the SDK: pip install 'envhub-core[docker]'"
+        ) from exc
     try:
         client = docker.from_env(timeout=60)
         client.ping()
