@@ -149,8 +149,15 @@ _DJANGO_STATUS = {
 _SYMPY_FILE = re.compile(r"^(\S+\.py)\[\d+\]")
 _SYMPY_TEST = re.compile(r"^(test_\w+) (ok|F|E|f|s|X|w|T)$")
 _SYMPY_FAILURE = re.compile(r"^_+ (\S+\.py):(\w+) _+$")
-SYMPY_FINAL = re.compile(r"^=+ tests finished: .* in [\d.]+ seconds =+$")
-"""sympy's `bin/test` closing line: the run got to the end."""
+SYMPY_FINAL = re.compile(
+    r"^(=+ tests finished: .* in [\d.]+ seconds =+"  # one centred line
+    r"|tests finished: [^\n=]*(\n[^\n=]*)*?\n[^\n=]*\bin [\d.]+ seconds)$",  # wrapped, no borders
+    re.MULTILINE,
+)
+"""sympy's `bin/test` closing summary: the run got to the end. One centred line,
+`= tests finished: 31 passed, 1 expected to fail, in 1.36 seconds =`, or, when it is wider than the
+terminal, wrapped over several lines without the `=` borders (`tests finished: 32 passed, 1 failed, ...,`
+then `in 1.32 seconds`)."""
 
 
 def parse_sympy(log: str) -> StatusMap:
@@ -218,5 +225,7 @@ def parser_name(repo: str, log_parser: str = "") -> str:
 
 def finished(name: str, log: str) -> bool:
     """Whether the runner printed its closing line: without it, no result in the log can be trusted."""
-    final = {"parse_log_django": DJANGO_FINAL, "parse_log_sympy": SYMPY_FINAL}.get(name, PYTEST_FINAL)
+    if name == "parse_log_sympy":  # its summary may wrap over several lines
+        return SYMPY_FINAL.search("\n".join(_clean(line).strip() for line in log.splitlines())) is not None
+    final = DJANGO_FINAL if name == "parse_log_django" else PYTEST_FINAL
     return any(final.match(_clean(line).strip()) for line in log.splitlines())

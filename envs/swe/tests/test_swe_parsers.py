@@ -135,6 +135,28 @@ def test_sympy_bare_names_pass_only_where_every_file_passed() -> None:
     assert not finished("parse_log_sympy", SYMPY.rsplit("=====", 3)[0])
 
 
+# The end of a real run (sympy__sympy-24066, empty patch, canaries added): the failing canary made the
+# summary wider than the terminal, so bin/test wrapped it and dropped its `=` borders.
+SYMPY_WRAPPED = """test_prefixed_property ok
+test_cdf9a8d71d F                                                         [FAIL]
+
+________________________________________________________________________________
+_____ sympy/physics/units/tests/test_quantities.py:test_cdf9a8d71d ______
+AssertionError
+
+ tests finished: 32 passed, 1 failed, 1 expected to fail, 1 exceptions,
+in 1.32 seconds
+DO *NOT* COMMIT!
+"""
+
+
+def test_sympy_summary_wrapped_over_lines_still_closes_the_run() -> None:
+    """An honest run must never look unfinished: a wrapped summary is the runner's own closing line."""
+    assert finished("parse_log_sympy", SYMPY_WRAPPED)
+    assert not finished("parse_log_sympy", SYMPY_WRAPPED.split("in 1.32 seconds")[0])  # cut short
+    assert not finished("parse_log_sympy", "test_a ok\nfinished in 1.2 seconds\n")  # not the summary
+
+
 def test_every_lite_parser_name_is_known() -> None:
     lite = {
         "parse_log_django", "parse_log_sympy", "parse_log_matplotlib", "parse_log_scikit", "parse_log_pytest",
