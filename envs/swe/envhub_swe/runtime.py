@@ -131,6 +131,14 @@ class Runtime:
         return ""
 
     @property
+    def environment_activation(self) -> str:
+        """The shell line that puts the test environment first, in every runtime (the official images'
+        is the eval scripts' own conda activation)."""
+        if self.official_image:
+            return f"source {CONDA}/bin/activate; conda activate testbed"
+        return self.activation or ""
+
+    @property
     def shell_env(self) -> dict[str, str]:
         """The agent's shell variables: in an official image, its testbed conda environment, active as
         the image's ~/.bashrc makes it for an interactive shell (grading activates it in its own script)."""
@@ -352,11 +360,11 @@ SNAPSHOT_COMMAND = f'rm -rf -- "$1" && tar -c --exclude=.git -f "$1" -C {TESTBED
 """The agent's files, every `.git` left behind: the agent's git configuration, hooks, attributes and
 objects never reach the grader. `tar` reads no configuration, and in the local sandbox it is the host's."""
 
+_GIT_NO_CONFIG = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": "/nonexistent"}
+"""git in a sandbox with no system or global configuration (the repository's own still applies)."""
 ISOLATED_GIT = {
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
+    **_GIT_NO_CONFIG,
     "GIT_ATTR_NOSYSTEM": "1",
-    "HOME": "/nonexistent",
     "XDG_CONFIG_HOME": "/nonexistent",
     "GIT_DIR": "/tmp/envhub-diff.git",
     "GIT_WORK_TREE": "/tmp/envhub-tree",
@@ -439,9 +447,6 @@ async def _untracked(sandbox: Sandbox) -> list[str]:
     return [path for path in result.stdout.split("\0") if path]
 
 
-_GIT_NO_CONFIG = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": "/nonexistent"}
-
-
 async def _pristine_repo(sandbox: Sandbox, instance: Instance, workspace: Path | None) -> None:
     if workspace is None:
         await check_image_repo(sandbox, instance.base_commit)
@@ -477,9 +482,7 @@ async def _apply(sandbox: Sandbox, patch: str) -> str | None:
 
 async def _guard(sandbox: Sandbox, runtime: Runtime, test_command: str) -> Guard:
     """What the submission may not change here: the runner, and modules shadowing the environment's."""
-    activate = f"{runtime.activation}; " if runtime.activation else ""
-    if runtime.official_image:
-        activate = f"source {CONDA}/bin/activate; conda activate testbed; "
+    activate = f"{runtime.environment_activation}; " if runtime.environment_activation else ""
     found = await sandbox.exec(
         ["/bin/bash", "-c", f'{activate}cd / && python -I -c "$1"', "bash", LIST_MODULES], timeout=120
     )
@@ -581,14 +584,13 @@ async def grade(
     )
     parser = parser_name(instance.repo, instance.log_parser)
     canaries: Canaries | None = None
-    note, output, exit_code, dropped = "", "", None, []
+    note, output, exit_code = "", "", None
     log = ""
     async with await runtime.open() as sandbox:
         await _pristine_repo(sandbox, instance, workspace)
         guard = await _guard(sandbox, runtime, steps.test_command)
         filtered, problem = await _checked_patch(sandbox, guard, patch)
-        if filtered is not None:
-            dropped = list(filtered.dropped)
+        dropped = list(filtered.dropped) if filtered is not None else []
         if problem is None and filtered is not None:
             problem = await _apply(sandbox, filtered.kept)
         if problem is None:
