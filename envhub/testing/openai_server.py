@@ -11,6 +11,11 @@ choice carries `token_ids` and the response `prompt_token_ids`. Its "tokenizer" 
 plain transcript in which every turn's prompt extends the previous prompt plus completion exactly, as a
 well-behaved chat template does.
 
+`script(..., tool_flags=False)` answers tool requests as vLLM started without `--enable-auto-tool-choice
+--tool-call-parser` does (400, vLLM's own error text); `token_fields="reject"` refuses vLLM's token-id
+fields as OpenAI's API does, and `token_fields="ignore"` drops them silently as most other
+OpenAI-compatible servers do.
+
 Run by hand: `python -m envhub.testing.openai_server --port 8000`.
 """
 
@@ -23,7 +28,7 @@ import time
 import urllib.request
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 from envhub.messages import Message
 from envhub.testing.process import ServerProcess
@@ -33,6 +38,16 @@ Reply = dict[str, Any]
 """One scripted answer, as JSON: a completion (`message`), or a raw `status`/`body`, maybe `delay`ed."""
 
 HANG_SECONDS = 3600.0
+
+TokenFields = Literal["vllm", "reject", "ignore"]
+"""How the server treats vLLM's token fields: honour them, refuse them (OpenAI), or ignore them."""
+
+VLLM_ONLY_FIELDS = ("return_tokens_as_token_ids", "return_token_ids")
+
+VLLM_AUTO_TOOL_CHOICE_ERROR = (
+    '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+)
+"""vLLM's answer (0.6 to 0.32) to a request with tools when it was started without tool calling."""
 
 
 def text(content: str, **fields: Any) -> Reply:
@@ -87,7 +102,9 @@ def completion_text(message: dict[str, Any]) -> str:
     return _turn_text(message) + "<|end|>\n"
 
 
-def _completion(request: dict[str, Any], reply: Reply, model: str, number: int) -> dict[str, Any]:
+def _completion(
+    request: dict[str, Any], reply: Reply, model: str, number: int, token_fields: TokenFields
+) -> dict[str, Any]:
     """A chat completion for `reply`, with vLLM's token fields when the request asked for them."""
     answer: dict[str, Any] = {"role": "assistant", "content": "", **reply["message"]}
     calls = []
@@ -117,7 +134,7 @@ def _completion(request: dict[str, Any], reply: Reply, model: str, number: int) 
             "total_tokens": len(prompt_ids) + len(ids),
         },
     }
-    if request.get("logprobs"):
+    if request.get("logprobs") and token_fields == "vllm":
         as_ids = bool(request.get("return_tokens_as_token_ids"))
         choice["logprobs"] = {
             "content": [
@@ -130,7 +147,7 @@ def _completion(request: dict[str, Any], reply: Reply, model: str, number: int) 
                 for i, t in enumerate(ids)
             ]
         }
-    if request.get("return_token_ids"):
+    if request.get("return_token_ids") and token_fields == "vllm":
         choice["token_ids"] = ids
         response["prompt_token_ids"] = prompt_ids
     return response
@@ -145,12 +162,42 @@ class _Script:
         self.replies: deque[Reply] = deque()
         self.default: Reply = text("ok")
         self.requests: list[dict[str, Any]] = []
+        self.tool_flags = True
+        self.token_fields: TokenFields = "vllm"
 
     def next(self, request: dict[str, Any]) -> tuple[Reply, int]:
+        """The reply to `request`: a refusal the server's configuration calls for, else the next scripted."""
         with self.lock:
             self.requests.append(request)
+            refusal = self.refusal(request["json"])
+            if refusal is not None:
+                return refusal, len(self.requests)
             reply = self.replies.popleft() if self.replies else self.default
             return reply, len(self.requests)
+
+    def refusal(self, body: dict[str, Any]) -> Reply | None:
+        """The 400 a real server gives before generating anything, in its own words, or None."""
+        choice = body.get("tool_choice")
+        if not self.tool_flags and body.get("tools") and choice != "none":
+            if choice in (None, "auto"):
+                problem = VLLM_AUTO_TOOL_CHOICE_ERROR
+            else:
+                named = (
+                    f'function "{choice["function"]["name"]}"' if isinstance(choice, dict) else f'"{choice}"'
+                )
+                problem = f"tool_choice={named} requires --tool-call-parser to be set"
+            error = {"message": problem, "type": "BadRequestError", "param": None, "code": 400}
+            return status(400, {"error": error})
+        unknown = [name for name in VLLM_ONLY_FIELDS if name in body]
+        if self.token_fields == "reject" and unknown:
+            error = {
+                "message": f"Unrecognized request argument supplied: {unknown[0]}",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+            return status(400, {"error": error})
+        return None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -196,6 +243,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.script.replies = deque(config.get("replies", []))
                 self.script.default = config.get("default") or text("ok")
                 self.script.requests = []
+                self.script.tool_flags = bool(config.get("tool_flags", True))
+                self.script.token_fields = config.get("token_fields", "vllm")
             self._json(200, {"ok": True})
             return
         if not self.path.rstrip("/").endswith("/chat/completions"):
@@ -211,7 +260,8 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.get("delay"):
             time.sleep(float(reply["delay"]))
         if "message" in reply:
-            self._json(200, _completion(request, reply, self.script.model, number))
+            completion = _completion(request, reply, self.script.model, number, self.script.token_fields)
+            self._json(200, completion)
             return
         body = reply.get("body", "")
         self._send(
@@ -260,12 +310,21 @@ class OpenAIServer(ServerProcess):
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
 
-    def script(self, *replies: Reply, default: Reply | None = None) -> None:
+    def script(
+        self,
+        *replies: Reply,
+        default: Reply | None = None,
+        tool_flags: bool = True,
+        token_fields: TokenFields = "vllm",
+    ) -> None:
         """Answer the next requests with `replies` in order, then `default` (a text "ok" unless given).
 
+        `tool_flags=False` refuses requests with tools as vLLM does without its tool-calling flags;
+        `token_fields` says how vLLM's token fields are treated ("vllm", "reject" or "ignore").
         Also forgets the requests received so far, so each test counts only its own.
         """
-        self._call("/_script", {"replies": list(replies), "default": default})
+        config = {"replies": list(replies), "default": default, "tool_flags": tool_flags}
+        self._call("/_script", {**config, "token_fields": token_fields})
 
     def requests(self) -> list[dict[str, Any]]:
         """Chat requests received since the last `script()`: `path`, `json` body, lower-case `headers`."""
