@@ -39,6 +39,13 @@ def policy(server: OpenAIServer, **options: object) -> OpenAIPolicy:
     return OpenAIPolicy(server.base_url, "fake-model", **settings)  # type: ignore[arg-type]
 
 
+def episode_copy(player: OpenAIPolicy) -> OpenAIPolicy:
+    """The policy one episode of a rollout gets (sharing the connection and server facts)."""
+    copy = player.for_episode(envhub.make("arithmetic"))
+    assert isinstance(copy, OpenAIPolicy)
+    return copy
+
+
 # ---------------------------------------------------------------- 16.1: vLLM started without tool flags
 
 
@@ -70,8 +77,8 @@ async def test_the_text_tool_format_plays_a_tool_episode_on_a_server_without_too
 ) -> None:
     async with envhub.make("arithmetic", steps=2) as env:
         await env.reset(seed=5)
-        plan, start = env.plan, env.start  # type: ignore[attr-defined]
-        value, written = start, []
+        plan, value = env.plan, env.start  # type: ignore[attr-defined]
+        written: list[str] = []
         for op, n in plan:
             # raw model text, spaced as no renderer would write it: it must come back to the model verbatim
             call = json.dumps({"name": op, "arguments": {"a": value, "b": n}}, separators=(",", ":"))
@@ -89,7 +96,7 @@ async def test_the_text_tool_format_plays_a_tool_episode_on_a_server_without_too
     assert len(requests) == 3
     assert all("tools" not in body for body in requests)
     prompt = requests[0]["messages"][0]
-    assert prompt["role"] == "system" and prompt["content"].startswith(env.system_prompt)  # type: ignore[union-attr]
+    assert prompt["role"] == "system" and prompt["content"].startswith("You are a careful assistant.")
     assert '"name": "multiply"' in prompt["content"] and "<tool_call>" in prompt["content"]
     last = requests[2]["messages"]
     assert [m["role"] for m in last] == ["system", "user", "assistant", "user", "assistant", "user"]
@@ -131,11 +138,12 @@ async def test_vllm_token_fields_are_kept_by_default_without_a_warning(server: O
 async def test_a_server_that_rejects_token_fields_warns_once_and_stores_text(server: OpenAIServer) -> None:
     server.script(text("first"), text("second"), token_fields="reject")
     player = policy(server)
+    episodes = [episode_copy(player) for _ in range(2)]
     with pytest.warns(UserWarning, match="rejected the token-id fields") as caught:
-        first = await player.for_episode(envhub.make("arithmetic")).act(HELLO, [])
+        first = await episodes[0].act(HELLO, [])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the second episode neither warns nor asks again
-        second = await player.for_episode(envhub.make("arithmetic")).act(HELLO, [])
+        second = await episodes[1].act(HELLO, [])
     await player.close()
     assert len(caught) == 1 and "text only" in str(caught[0].message)
     assert (first.message.text, second.message.text) == ("first", "second")
