@@ -2,22 +2,30 @@
 
 Observations are the text of the new messages (and, when `image_shape` is given, the latest image as
 an RGB array); actions are the assistant's text, with tool calls written as `<tool_call>` blocks.
-All adapters share one background event loop, so the adapter also works inside a running loop
-(a notebook) without nesting loops.
+All adapters of a process share one background event loop, so the adapter also works inside a running
+loop (a notebook) without nesting loops; a forked process starts its own, since threads do not survive
+a fork. Every envhub id is also a gymnasium id (`gymnasium.make("envhub/arithmetic-v0")`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import multiprocessing
+import os
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Coroutine, Sequence
+from ctypes import c_int32
+from multiprocessing.sharedctypes import SynchronizedArray
+from types import ModuleType
+from typing import Any, TypeVar, overload
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import shared_memory
 
+import envhub
 from envhub.core import Env, EnvSpec
 from envhub.messages import Message
 from envhub.text_format import parse_assistant_text, render
@@ -38,11 +46,93 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run_coroutine_threadsafe(coro, _loop).result()
 
 
+def _forget_loop_after_fork() -> None:
+    """A forked child inherits the loop but not the thread running it: waiting on it would hang forever.
+
+    The lock is replaced too, since another thread may have held it at the moment of the fork.
+    """
+    global _loop, _loop_lock
+    _loop, _loop_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_loop_after_fork)
+
+
 class UnicodeText(spaces.Text):
-    """A text space of any characters: environment text is not limited to gymnasium's default charset."""
+    """A text space of any characters: environment text is not limited to gymnasium's default charset.
+
+    In `AsyncVectorEnv`'s shared memory a text is stored as code points (plus one, so that zero pads),
+    not as indices into a character set.
+    """
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+
+@shared_memory.create_shared_memory.register(UnicodeText)
+def _create_text_memory(
+    space: UnicodeText, n: int = 1, ctx: ModuleType = multiprocessing
+) -> SynchronizedArray[c_int32]:
+    memory: SynchronizedArray[c_int32] = ctx.Array(np.dtype(np.int32).char, n * space.max_length)
+    return memory
+
+
+def _text_slots(space: UnicodeText, memory: SynchronizedArray[c_int32]) -> np.ndarray[Any, Any]:
+    return np.ctypeslib.as_array(memory.get_obj()).reshape((-1, space.max_length))
+
+
+class SharedTexts(Sequence[str]):
+    """The texts in `AsyncVectorEnv`'s shared memory, read when accessed.
+
+    gymnasium reads its shared memory once and relies on getting views that follow later writes, which
+    numeric arrays are; a tuple of strings would stay as it was at the start. A deep copy (what the
+    vector env returns by default) is a plain tuple of the texts at that moment.
+    """
+
+    def __init__(self, space: UnicodeText, memory: SynchronizedArray[c_int32], n: int) -> None:
+        self._slots = _text_slots(space, memory)[:n]
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[str, ...]: ...
+    def __getitem__(self, index: int | slice) -> str | tuple[str, ...]:
+        if isinstance(index, slice):
+            return tuple(_decode(row) for row in self._slots[index])
+        return _decode(self._slots[index])
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == other if isinstance(other, tuple | SharedTexts) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"SharedTexts{tuple(self)!r}"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> tuple[str, ...]:
+        return tuple(self)
+
+
+def _decode(row: np.ndarray[Any, Any]) -> str:
+    return "".join(chr(c - 1) for c in row.tolist() if c > 0)
+
+
+@shared_memory.read_from_shared_memory.register(UnicodeText)
+def _read_text_memory(space: UnicodeText, memory: SynchronizedArray[c_int32], n: int = 1) -> SharedTexts:
+    return SharedTexts(space, memory, n)
+
+
+@shared_memory.write_to_shared_memory.register(UnicodeText)
+def _write_text_memory(
+    space: UnicodeText, index: int, value: str, memory: SynchronizedArray[c_int32]
+) -> None:
+    points = np.zeros(space.max_length, dtype=np.int32)
+    points[: len(value)] = np.frombuffer(value.encode("utf-32-le"), dtype=np.uint32).astype(np.int32) + 1
+    _text_slots(space, memory)[index] = points
 
 
 class GymnasiumEnv(gym.Env[Any, str]):
@@ -128,3 +218,45 @@ class GymnasiumEnv(gym.Env[Any, str]):
 
         with Image.open(io.BytesIO(images[-1].data)) as picture:
             return np.asarray(picture.convert("RGB").resize((width, height)), dtype=np.uint8)
+
+
+def make_gymnasium_env(
+    env_id: str,
+    *,
+    max_length: int = 65_536,
+    image_shape: tuple[int, int] | None = None,
+    render_mode: str | None = None,
+    **kwargs: Any,
+) -> GymnasiumEnv:
+    """What `gymnasium.make("envhub/<id>", **kwargs)` builds: the envhub env (given kwargs), adapted."""
+    return GymnasiumEnv(
+        envhub.make(env_id, **kwargs),
+        max_length=max_length,
+        image_shape=image_shape,
+        render_mode=render_mode,
+    )
+
+
+setattr(make_gymnasium_env, "metadata", GymnasiumEnv.metadata)  # noqa: B010  (gymnasium.make reads it)
+
+
+def gymnasium_id(env_id: str) -> str:
+    """The gymnasium id of an envhub id: `envhub/<id>`, or the id itself when it has a namespace."""
+    return env_id if "/" in env_id else f"envhub/{env_id}"
+
+
+def register_gymnasium_envs() -> list[str]:
+    """Make every envhub id known so far a gymnasium id too; returns the ids added.
+
+    Registering imports no plugin: the env is made, through `envhub.make`, only when gymnasium makes it.
+    """
+    added = []
+    for env_id in envhub.registry.registrations():
+        name = gymnasium_id(env_id)
+        if name not in gym.registry:
+            gym.register(name, entry_point=f"{__name__}:make_gymnasium_env", kwargs={"env_id": env_id})
+            added.append(name)
+    return added
+
+
+register_gymnasium_envs()
