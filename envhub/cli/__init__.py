@@ -1,6 +1,9 @@
-"""The `envhub` command line: one typer app, one module per group of commands."""
+"""The `envhub` command line: one typer app, one module per group of the core's commands.
 
-from envhub.cli import bench, catalog, new, play, rollout, swe, train
+Commands that need another distribution (`swe`, `train`, `report`) are plugins: see `envhub.cli.plugins`.
+"""
+
+from envhub.cli import bench, catalog, new, play, rollout
 from envhub.cli.app import app
 
-__all__ = ["app", "bench", "catalog", "new", "play", "rollout", "swe", "train"]
+__all__ = ["app", "bench", "catalog", "new", "play", "rollout"]

@@ -1,7 +1,8 @@
 """The `envhub` typer app and what its commands share: consoles, error printing, option parsing.
 
-Each group of commands lives in its own module and registers itself on `app`; `envhub.cli` imports
-them all.
+Each group of the core's commands lives in its own module and registers itself on `app`; `envhub.cli`
+imports them all. Commands from other distributions (`envhub swe`, `envhub train`) are plugins in the
+`envhub.commands` entry-point group, found and imported by `envhub.cli.plugins` only when asked for.
 """
 
 from __future__ import annotations
@@ -10,18 +11,20 @@ import json
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
+from envhub.cli.output import console, errors, fail
+from envhub.cli.plugins import PluginGroup
 from envhub.registration import DuplicateEnvError, PluginImportError, UnknownEnvError
 
+__all__ = ["USER_ERRORS", "app", "console", "errors", "fail", "parse_kwargs"]
+
 app = typer.Typer(
+    cls=PluginGroup,
     help="envhub: hermetic multi-turn environments for RL post-training of LLM agents.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    suggest_commands=False,  # PluginGroup suggests, from the plugins' commands too
 )
-console = Console()
-errors = Console(stderr=True, soft_wrap=True)  # messages stay whole for copying and grepping
 
 USER_ERRORS = (
     UnknownEnvError,
@@ -32,12 +35,6 @@ USER_ERRORS = (
     OSError,
     ImportError,
 )
-
-
-def fail(exc: BaseException) -> typer.Exit:
-    """Print a user-facing error without a Python traceback and return the exit to raise."""
-    errors.print(Text("error: ", style="bold red") + Text(str(exc)), highlight=False)
-    return typer.Exit(code=2)
 
 
 def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
