@@ -48,6 +48,7 @@ from envhub_trainer.loss import (
     informative_groups,
     shaped_rewards,
 )
+from envhub_trainer.metrics import EvalMetrics, StepMetrics
 from envhub_trainer.samples import TrainSample, episode_samples
 from envhub_trainer.tasks import TaskSampler
 
@@ -536,7 +537,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
         last_checksum = engine.checksum() if config.verify_sync and config.engine != "hf" else None
         if config.eval_every and step == 0:
             rows_eval = await evaluate(config, engine)
-            run.log("metrics.jsonl", {"step": 0, "eval_reward": rows_eval, "version": version})
+            run.log("metrics.jsonl", EvalMetrics(step=0, eval_reward=rows_eval, version=version).row())
         while step < config.steps:
             waited = time.perf_counter()
             batch = await (pending or start_rollout())
@@ -586,7 +587,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
                 elif checksum != weights_checksum(weights):
                     raise RuntimeError(f"weight sync failed at version {version}: engine and trainer differ")
             completion_tokens = sum(s.completion_tokens for s in data.samples)
-            row: dict[str, Any] = {
+            figures: dict[str, Any] = {
                 "step": step,
                 "version": version,
                 "reward_mean": statistics.fmean(data.rewards) if data.rewards else 0.0,
@@ -618,7 +619,8 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
                 **checks,
             }
             if config.eval_every and step % config.eval_every == 0:
-                row["eval_reward"] = await evaluate(config, engine)
+                figures["eval_reward"] = await evaluate(config, engine)
+            row = StepMetrics.model_validate(figures).row()  # the type the report and plots read
             rows.append(row)
             run.log("metrics.jsonl", row)
             for episode in [g[0] for g in batch.episodes][: config.logged_episodes]:
