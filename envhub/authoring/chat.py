@@ -28,6 +28,7 @@ from envhub.core import (
 )
 from envhub.core import Env as BaseEnv
 from envhub.messages import Message, system, user
+from envhub.text_format import parse_assistant_text
 
 
 class Reaction(BaseModel):
@@ -103,6 +104,8 @@ class ChatEnv(BaseEnv):
         return {}
 
     async def step(self, action: Action) -> StepResult:
+        """Answer one action. A string is model text: its `<tool_call>` blocks are tool calls, the same
+        rule the gymnasium adapter and `envhub play` follow (`envhub.text_format`)."""
         if not self._running:
             raise EpisodeStateError(
                 "step() called with no episode running: call reset() first (episodes end when "
@@ -111,7 +114,7 @@ class ChatEnv(BaseEnv):
         self.turn += 1
         info: dict[str, Any] = {"turn": self.turn}
         try:
-            message = parse_action(action)
+            message = parse_action(parse_assistant_text(action) if isinstance(action, str) else action)
         except MalformedAction as exc:
             self.messages.append(recorded_action(action))
             reaction = Reaction(observation=[user(f"Error: {exc}")])
