@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envhub.core import Provenance
 from envhub.messages import Message
 from envhub.policies.base import TokenTrace
+from envhub.tools import ToolSpec
 
 ErrorKind = Literal["env_error", "policy_error", "timeout", "cutoff"]
 """`timeout`: one policy call or env step took longer than the step timeout (retried as infrastructure);
@@ -25,6 +26,11 @@ RETRYABLE: frozenset[ErrorKind] = frozenset({"env_error", "policy_error", "timeo
 def episode_id(index: int) -> str:
     """Episode ids are the zero-padded index in the batch, so they sort and resume deterministically."""
     return f"{index:06d}"
+
+
+def episode_order(episode_id: str) -> tuple[int, str]:
+    """The sort key of episode ids: by length first, so "1000000" comes after "999999"."""
+    return len(episode_id), episode_id
 
 
 class Turn(BaseModel):
@@ -60,6 +66,9 @@ class Episode(BaseModel):
     seed: int | None = None
     policy: str
     policy_info: dict[str, Any] = Field(default_factory=dict)
+    """`Policy.info()`: the store reads `model`, `temperature`, `top_p` and `max_tokens` from it."""
+    tools: list[ToolSpec] = Field(default_factory=list)
+    """The tools the environment offered the agent, as the model was shown them."""
     prompt: list[Message]
     turns: list[Turn] = Field(default_factory=list)
     reward: float = 0.0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from envhub.store import load_manifest, read_episodes
+from envhub.store import JOURNAL, MANIFEST, load_manifest, read_episodes
 
 EPISODES = 200
 HELD = 40  # seeds 0-39 can finish before the release file exists: two shards of 16 and 8 in the journal
@@ -52,7 +52,7 @@ def rollout(out: Path, site: Path, *extra: str) -> subprocess.Popen[str]:
 def wait_for_stored(out: Path, process: subprocess.Popen[str], count: int) -> None:
     """Until `count` episodes are stored (journal or shards): the observable sign of a batch underway."""
     deadline = time.monotonic() + 120  # a guard against a hang, not a guess: the episodes are quick
-    while not (out / "manifest.json").exists() or len(read_episodes(out)) < count:
+    while not (out / MANIFEST).exists() or len(read_episodes(out)) < count:
         assert process.poll() is None, f"the rollout ended early: {process.communicate()[0]}"
         assert time.monotonic() < deadline, f"{count} episodes were not stored in 120 s"
         time.sleep(0.05)
@@ -104,4 +104,4 @@ def test_ctrl_c_stores_what_finished_and_says_how_to_resume(plugin_site: Path, t
     assert "run the same command with --resume to finish" in output
     manifest = load_manifest(out)
     assert manifest is not None and manifest.episodes_done == len(read_episodes(out)) > 0
-    assert not (out / "journal.jsonl").exists()  # compacted into a shard on the way out
+    assert not (out / JOURNAL).exists()  # compacted into a shard on the way out

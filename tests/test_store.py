@@ -14,6 +14,8 @@ from envhub.messages import ImagePart, Message, TextPart, ToolCall
 from envhub.policies import TokenTrace
 from envhub.records import Episode, EpisodeError, Turn, episode_id, token_samples
 from envhub.store import (
+    JOURNAL,
+    MANIFEST,
     SCHEMA_VERSION,
     BatchExistsError,
     BatchMismatchError,
@@ -118,7 +120,7 @@ def test_parquet_has_versioned_schema_and_trainer_columns(tmp_path: Path) -> Non
     assert row["samples"][0]["loss_mask"] == [0, 0, 0, 1, 1, 0, 1]
     assert row["turns"][0]["action"]["tool_calls"][0]["name"] == "add"
     assert row["prompt"][0]["parts"][1]["data"] == png()
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / MANIFEST).read_text())
     assert manifest["schema_version"] == SCHEMA_VERSION and manifest["complete"] is True
 
 
@@ -138,14 +140,14 @@ def test_unflushed_episodes_survive_a_crash_in_the_journal(tmp_path: Path) -> No
     store = BatchStore.open(tmp_path, SPEC, episodes=10, resume=False, shard_size=100)
     for i in range(4):
         store.add(episode(i))
-    with (tmp_path / "journal.jsonl").open("a") as journal:
+    with (tmp_path / JOURNAL).open("a") as journal:
         journal.write('{"episode_id": "000009", "env_')  # the process died mid-write
     # no close(): as after kill -9. Readers already see every finished episode.
     assert [e.episode_id for e in read_episodes(tmp_path)] == [episode_id(i) for i in range(4)]
     resumed = BatchStore.open(tmp_path, SPEC, episodes=10, resume=True, shard_size=100)
     assert resumed.remaining() == list(range(4, 10))
     resumed.close()
-    assert not (tmp_path / "journal.jsonl").exists()
+    assert not (tmp_path / JOURNAL).exists()
     assert load_manifest(tmp_path).episodes_done == 4  # type: ignore[union-attr]
     assert [e.episode_id for e in read_episodes(tmp_path)] == [episode_id(i) for i in range(4)]
 
@@ -153,9 +155,9 @@ def test_unflushed_episodes_survive_a_crash_in_the_journal(tmp_path: Path) -> No
 def test_crash_between_shard_and_journal_truncation_stores_nothing_twice(tmp_path: Path) -> None:
     store = BatchStore.open(tmp_path, SPEC, episodes=4, resume=False, shard_size=2)
     store.add(episode(0))
-    journal_before_shard = (tmp_path / "journal.jsonl").read_text() + episode(1).model_dump_json() + "\n"
+    journal_before_shard = (tmp_path / JOURNAL).read_text() + episode(1).model_dump_json() + "\n"
     store.add(episode(1))  # writes a shard and truncates the journal
-    (tmp_path / "journal.jsonl").write_text(journal_before_shard)  # as if truncation never happened
+    (tmp_path / JOURNAL).write_text(journal_before_shard)  # as if truncation never happened
     (tmp_path / ".shard-00001.parquet.tmp").write_bytes(b"half a shard")
     resumed = BatchStore.open(tmp_path, SPEC, episodes=4, resume=True, shard_size=2)
     assert resumed.remaining() == [2, 3]

@@ -28,6 +28,7 @@ from markupsafe import Markup
 from envhub.messages import ImagePart, Message
 from envhub.records import Episode, Turn
 from envhub.rollout.summary import BatchSummary, summarize
+from envhub.store.manifest import manifest_path
 
 MAX_IMAGE_BYTES = 64 * 1024 * 1024
 MAX_TEXT_CHARS = 50_000
@@ -308,6 +309,16 @@ def render_html(
     )
 
 
+def report_path(path: Path) -> Path:
+    """Where a report asked for at `path` is written. Inside a batch folder its name gets a leading dot,
+    which pandas, pyarrow and Hugging Face `datasets` skip, so the folder stays a readable dataset."""
+    for folder in path.parents:
+        if manifest_path(folder) is not None:
+            first, *rest = path.relative_to(folder).parts
+            return path if first.startswith(".") else folder.joinpath(f".{first}", *rest)
+    return path
+
+
 def write_html_report(
     episodes: list[Episode],
     path: Path,
@@ -315,7 +326,8 @@ def write_html_report(
     title: str,
     wall_seconds: float | None = None,
 ) -> Path:
-    """Write `render_html` to `path` (parents created) and return the path."""
+    """Write `render_html` to `path` (parents created) and return where it went: `report_path(path)`."""
+    path = report_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_html(episodes, title=title, wall_seconds=wall_seconds), encoding="utf-8")
     return path

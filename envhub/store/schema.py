@@ -3,19 +3,29 @@
 Messages are stored as structs rather than JSON strings so that pandas, Hugging Face `datasets` and
 DuckDB users can query roles, tool calls and rewards directly; a message whose content is a plain string
 keeps it in `text`, a multi-part one (text and images) in `parts`, so records round-trip exactly.
+
+Version 2 adds columns that make a row usable on its own for training: the whole conversation in the
+OpenAI chat format (`messages`), the tool schemas the model was shown (`tools`), the model and sampling
+settings, and what the batch was asked for (`policy_spec`, `env_kwargs_json`). They are derived from
+the record and the batch spec, so reading a row back ignores them. docs/episodes.md lists every column.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from envhub.messages import ImagePart, Message, TextPart, ToolCall
 from envhub.records import Episode, token_samples
+from envhub.tools import ToolSpec
 
-SCHEMA_VERSION = 1
+if TYPE_CHECKING:
+    from envhub.store.manifest import BatchSpec
+
+SCHEMA_VERSION = 2
 
 PART = pa.struct(
     [("type", pa.string()), ("text", pa.string()), ("data", pa.binary()), ("mime_type", pa.string())]
@@ -68,6 +78,35 @@ PROVENANCE = pa.struct(
     ]
 )
 
+OPENAI_TOOL_CALL = pa.struct(
+    [
+        ("id", pa.string()),
+        ("type", pa.string()),
+        ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())])),
+    ]
+)
+OPENAI_MESSAGE = pa.struct(
+    [
+        ("role", pa.string()),
+        ("content", pa.string()),
+        ("tool_calls", pa.list_(OPENAI_TOOL_CALL)),
+        ("tool_call_id", pa.string()),
+        ("name", pa.string()),
+    ]
+)
+"""A chat message as OpenAI's API writes it; `content` is the text (images stay in `prompt`/`turns`)."""
+OPENAI_TOOL = pa.struct(
+    [
+        ("type", pa.string()),
+        (
+            "function",
+            pa.struct([("name", pa.string()), ("description", pa.string()), ("parameters", pa.string())]),
+        ),
+    ]
+)
+"""A tool in OpenAI's format; `parameters` is the JSON schema as JSON text, since schemas have no fixed
+shape and a Parquet column needs one (`envhub.store.export_trl` writes it back as an object)."""
+
 SCHEMA = pa.schema(
     [
         ("episode_id", pa.string()),
@@ -77,6 +116,14 @@ SCHEMA = pa.schema(
         ("seed", pa.int64()),
         ("policy", pa.string()),
         ("policy_info_json", pa.string()),
+        ("policy_spec", pa.string()),
+        ("model", pa.string()),
+        ("temperature", pa.float64()),
+        ("top_p", pa.float64()),
+        ("max_tokens", pa.int64()),
+        ("env_kwargs_json", pa.string()),
+        ("tools", pa.list_(OPENAI_TOOL)),
+        ("messages", pa.list_(OPENAI_MESSAGE)),
         ("prompt", pa.list_(MESSAGE)),
         ("turns", pa.list_(TURN)),
         ("num_turns", pa.int32()),
@@ -135,8 +182,56 @@ def _message(row: dict[str, Any]) -> Message:
     )
 
 
-def episode_row(episode: Episode) -> dict[str, Any]:
-    """One Parquet row for an episode."""
+def openai_message(message: Message) -> dict[str, Any]:
+    """The `messages` column's form of a message: OpenAI's chat format with text content."""
+    calls = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        for c in message.tool_calls
+    ]
+    return {
+        "role": message.role,
+        "content": message.text,
+        "tool_calls": calls or None,
+        "tool_call_id": message.tool_call_id,
+        "name": message.name,
+    }
+
+
+def _tool_row(tool: ToolSpec) -> dict[str, Any]:
+    function = {"name": tool.name, "description": tool.description, "parameters": json.dumps(tool.parameters)}
+    return {"type": "function", "function": function}
+
+
+def _tool(row: dict[str, Any]) -> ToolSpec:
+    function = row["function"]
+    return ToolSpec(
+        name=function["name"],
+        description=function["description"] or "",
+        parameters=json.loads(function["parameters"] or "{}"),
+    )
+
+
+def _number(value: object) -> float | None:
+    """A sampling setting as a number; anything else (absent, text) is unknown."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _settings(info: dict[str, Any]) -> dict[str, Any]:
+    """The model and sampling columns, from what the policy reported about itself (`Policy.info()`)."""
+    max_tokens = _number(info.get("max_tokens"))
+    model = info.get("model")
+    return {
+        "model": None if model is None else str(model),
+        "temperature": _number(info.get("temperature")),
+        "top_p": _number(info.get("top_p")),
+        "max_tokens": None if max_tokens is None else int(max_tokens),
+    }
+
+
+def episode_row(episode: Episode, spec: BatchSpec | None = None) -> dict[str, Any]:
+    """One Parquet row for an episode; `spec`, the batch's settings, fills the batch columns."""
     return {
         "episode_id": episode.episode_id,
         "env_id": episode.env_id,
@@ -145,6 +240,11 @@ def episode_row(episode: Episode) -> dict[str, Any]:
         "seed": episode.seed,
         "policy": episode.policy,
         "policy_info_json": json.dumps(episode.policy_info),
+        "policy_spec": spec.policy if spec else None,
+        **_settings(episode.policy_info),
+        "env_kwargs_json": json.dumps(spec.env_kwargs, default=str) if spec else None,
+        "tools": [_tool_row(t) for t in episode.tools],
+        "messages": [openai_message(m) for m in episode.messages],
         "prompt": [_message_row(m) for m in episode.prompt],
         "turns": [
             {
@@ -173,7 +273,10 @@ def episode_row(episode: Episode) -> dict[str, Any]:
 
 
 def episode_from_row(row: dict[str, Any]) -> Episode:
-    """The Episode a row was written from (derived columns such as `samples` are recomputed on demand)."""
+    """The Episode a row was written from (derived columns such as `samples` are recomputed on demand).
+
+    Rows of schema version 1 have no `tools` column; their episodes have no tools.
+    """
     error = {"kind": row["error_kind"], "message": row["error_message"]} if row["error_kind"] else None
     return Episode.model_validate(
         {
@@ -184,6 +287,7 @@ def episode_from_row(row: dict[str, Any]) -> Episode:
             "seed": row["seed"],
             "policy": row["policy"],
             "policy_info": json.loads(row["policy_info_json"] or "{}"),
+            "tools": [_tool(t) for t in row.get("tools") or []],
             "prompt": [_message(m) for m in row["prompt"]],
             "turns": [
                 {
@@ -209,5 +313,5 @@ def episode_from_row(row: dict[str, Any]) -> Episode:
     )
 
 
-def episodes_table(episodes: list[Episode]) -> pa.Table:
-    return pa.Table.from_pylist([episode_row(e) for e in episodes], schema=SCHEMA)
+def episodes_table(episodes: list[Episode], spec: BatchSpec | None = None) -> pa.Table:
+    return pa.Table.from_pylist([episode_row(e, spec) for e in episodes], schema=SCHEMA)
