@@ -268,6 +268,28 @@ def _template() -> jinja2.Template:
     return env.from_string(source)
 
 
+def batch_wall_seconds(episodes: list[Episode]) -> float | None:
+    """The batch's wall time: from the first episode's start to the last one's end, counting only time
+    in which some episode was running, so the pause between a killed run and its resume is left out.
+
+    Summing the episodes' own times instead would count every second once per concurrent episode.
+    None when no episode recorded its start.
+    """
+    spans = sorted(
+        (e.started_at.timestamp(), e.started_at.timestamp() + e.wall_seconds)
+        for e in episodes
+        if e.started_at is not None and math.isfinite(e.wall_seconds)
+    )
+    if not spans:
+        return None
+    total, (start, end) = 0.0, spans[0]
+    for lo, hi in spans[1:]:
+        if lo > end:
+            total, start = total + end - start, lo
+        end = max(end, hi)
+    return total + end - start
+
+
 def render_html(
     episodes: list[Episode],
     *,
@@ -276,11 +298,12 @@ def render_html(
     max_image_bytes: int = MAX_IMAGE_BYTES,
     max_text_chars: int = MAX_TEXT_CHARS,
 ) -> str:
-    """The report as one HTML document; `wall_seconds` defaults to the sum over episodes."""
+    """The report as one HTML document; `wall_seconds` (the manifest's, when known) defaults to
+    `batch_wall_seconds(episodes)`."""
     if not episodes:
         raise ValueError("there are no episodes to report on; run `envhub rollout` to record some first")
     if wall_seconds is None:
-        wall_seconds = sum(e.wall_seconds for e in episodes)
+        wall_seconds = batch_wall_seconds(episodes)
     summary: BatchSummary = summarize(episodes, wall_seconds=wall_seconds)
     budget = _ImageBudget(max_image_bytes)
     data = [_episode(e, budget, max_text_chars) for e in episodes]
