@@ -1,0 +1,124 @@
+"""The floor plan, read from the source: every import statement of every module under envhub/.
+
+Imports inside functions and under TYPE_CHECKING count too: a lazy import is still a dependency, and
+the one this test exists for (`envhub swe` importing envhub_swe inside its commands) was lazy.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import envhub
+
+PACKAGE = Path(envhub.__file__).parent
+
+KNOWN_CYCLES = [
+    # On main when this test was written; a cycle may shrink or go, a new or bigger one fails the test.
+    # `Env.to_gymnasium` (core) imports gym_adapter lazily, gym_adapter imports the package root, and the
+    # root re-exports core, authoring and registration.
+    frozenset({"envhub", "envhub.authoring", "envhub.core", "envhub.gym_adapter", "envhub.registration"}),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports(name: str, path: Path) -> Iterator[tuple[str, int]]:
+    """(imported module, line) for each import in the module; `from a import b` means a.b when b is one."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                yield (submodule if submodule in MODULES else base), node.lineno
+
+
+def floor(module: str) -> str:
+    """The part of envhub a module belongs to: `envhub.cli.app` -> `envhub.cli`, `envhub.core` itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def edges() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        for target, _ in imports(name, path):
+            if target.split(".")[0] == "envhub" and floor(target) != floor(name):
+                graph.setdefault(floor(name), set()).add(floor(target))
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """The strongly connected parts with more than one member (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[frozenset[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part = set()
+            while True:
+                member = stack.pop()
+                part.add(member)
+                if member == node:
+                    break
+            if len(part) > 1:
+                found.append(frozenset(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_envhub_never_imports_a_plugin_or_the_trainer() -> None:
+    """envs/ and trainer/ build on envhub, never the reverse: the core imports no `envhub_*` module."""
+    offenders = {
+        f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
+        for name, path in MODULES.items()
+        for target, line in imports(name, path)
+        if target.split(".")[0].startswith("envhub_")
+    }
+    assert not offenders, "\n".join(sorted(offenders))
+
+
+def test_no_new_import_cycle_between_envhub_parts() -> None:
+    """Between envhub's subpackages and top-level modules, no cycle beyond the known ones, none grown."""
+    new = [c for c in cycles(edges()) if not any(c <= known for known in KNOWN_CYCLES)]
+    assert not new, "import cycles: " + "; ".join(" <-> ".join(sorted(c)) for c in new)
+
+
+def test_the_reader_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
+    """The reader itself: a relative import and one inside a function are both seen, and cycles are
+    found (or the rules above could pass by not looking)."""
+    module = tmp_path / "fake.py"
+    module.write_text(
+        "from .app import fail\nfrom . import plugins\n\ndef run():\n    import envhub_swe.cli\n"
+    )
+    assert set(imports("envhub.cli.fake", module)) == {
+        ("envhub.cli.app", 1),
+        ("envhub.cli.plugins", 2),
+        ("envhub_swe.cli", 5),
+    }
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
