@@ -46,7 +46,7 @@ from envhub.store.shards import (
     write_shard,
 )
 
-HELD_SHARDS = 4
+HELD_SHARDS = 2
 """How many shards' worth of episodes may wait in the journal for a straggler before being written."""
 
 
