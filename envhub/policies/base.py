@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from envhub.core import Action, Env
 from envhub.messages import Message
 from envhub.tools import ToolSpec
+
+ToolFormat = Literal["native", "text"]
+"""How a model-backed policy gives the model its tools: through the server or chat template ("native"),
+or as schemas in the system prompt with `<tool_call>` blocks read back from the reply ("text"), for
+servers and chat templates that cannot take tools (`envhub.text_format.tool_prompt`)."""
 
 
 class TokenTrace(BaseModel):

@@ -15,15 +15,16 @@ import copy
 import json
 import random
 import threading
+import warnings
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from envhub.core import Env
 from envhub.messages import Message
-from envhub.policies.base import EpisodeTokens, Generation, Policy
+from envhub.policies.base import EpisodeTokens, Generation, Policy, ToolFormat
 from envhub.policies.batching import MicroBatcher
-from envhub.text_format import parse_assistant_text
+from envhub.text_format import parse_assistant_text, tool_prompt
 from envhub.tools import ToolSpec
 
 INSTALL_HINT = "pip install 'envhub-core[hf]' (torch==2.13.0 and transformers)"
@@ -189,8 +190,10 @@ class TransformersPolicy(Policy):
 
     `temperature=0` decodes greedily. Logprobs are the model's own (log-softmax of the raw logits, before
     temperature or top-k/top-p from the model's generation config), as vLLM reports them by default.
-    `chat_template` overrides the tokenizer's. Generation runs in a worker thread, one at a time per model;
-    sampling is seeded from `seed` call by call, so a run with the same calls in the same order repeats.
+    `chat_template` overrides the tokenizer's; `tool_format="text"` writes the tools into the system
+    prompt for templates that cannot render them (SmolLM2's drops them silently). Generation runs in a
+    worker thread, one at a time per model; sampling is seeded from `seed` call by call, so a run with
+    the same calls in the same order repeats.
 
     With `batch_size > 1`, turns of concurrent episodes that ask within `max_wait` seconds of each other
     (or while a generation runs) share one left-padded `generate` call: greedy tokens are the same as
@@ -210,6 +213,7 @@ class TransformersPolicy(Policy):
         chat_template: str | None = None,
         batch_size: int = 1,
         max_wait: float = 0.005,
+        tool_format: ToolFormat = "native",
     ) -> None:
         path = Path(model_dir)
         if not (path / "config.json").is_file():
@@ -225,17 +229,23 @@ class TransformersPolicy(Policy):
                 "need max_new_tokens >= 1, temperature >= 0, batch_size >= 1 and max_wait >= 0; got "
                 f"{max_new_tokens}, {temperature}, {batch_size} and {max_wait}"
             )
+        if tool_format not in get_args(ToolFormat):
+            raise ValueError(f"tool_format must be 'native' or 'text', got {tool_format!r}")
+        self.tool_format: ToolFormat = tool_format
         self.model_dir = path
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.chat_template = chat_template
         self._shared = _Model(path, device, seed, batch_size, max_wait)
         self._tokens = EpisodeTokens()
+        self._written: dict[str, str] = {}
+        """This episode's tool-calling messages (as JSON) to the text the model wrote (text tool format)."""
 
     def for_episode(self, env: Env) -> Policy:
         """A copy that shares the loaded model but tracks this episode's tokens."""
         episode = copy.copy(self)
         episode._tokens = EpisodeTokens()
+        episode._written = {}
         return episode
 
     # ------------------------------------------------------------ what a trainer's engine needs
@@ -294,7 +304,10 @@ class TransformersPolicy(Policy):
         text = decode(completion, skip_special_tokens=True)
         stopped = bool(completion) and completion[-1] in stops
         tokens = self._tokens.trace(prompt, completion, logprobs, stopped=stopped, decode=decode)
-        return Generation(message=parse_assistant_text(text), tokens=tokens, model=self.model_dir.name)
+        message = parse_assistant_text(text)
+        if self.tool_format == "text" and message.tool_calls:
+            self._written[message.model_dump_json()] = text
+        return Generation(message=message, tokens=tokens, model=self.model_dir.name)
 
     def _prepare(self, messages: list[Message], tools: list[ToolSpec]) -> tuple[list[int], Any, set[int]]:
         """Load if needed and render the prompt (in a worker thread: both can take a while)."""
@@ -314,6 +327,15 @@ class TransformersPolicy(Policy):
             raise ValueError(
                 f"the tokenizer in {self.model_dir} has no chat template; "
                 "pass TransformersPolicy(chat_template=...)"
+            )
+        if self.tool_format == "text":
+            messages, tools = tool_prompt(messages, tools, raw=self._written), []
+        elif tools and "tools" not in (self.chat_template or tokenizer.chat_template):
+            warnings.warn(
+                f"the chat template of {self.model_dir} never mentions tools, so the model will not see "
+                "them; pass TransformersPolicy(tool_format='text') to write them into the prompt",
+                UserWarning,
+                stacklevel=2,
             )
         return prompt_ids(tokenizer, messages, tools, self.chat_template)
 

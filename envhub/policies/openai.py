@@ -17,7 +17,7 @@ import random
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import httpx
 from pydantic import ValidationError
@@ -25,15 +25,12 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 
 from envhub.core import Env
 from envhub.messages import Message
-from envhub.policies.base import Generation, Policy, TokenTrace, token_drift
+from envhub.policies.base import Generation, Policy, TokenTrace, ToolFormat, token_drift
 from envhub.text_format import parse_assistant_text, tool_prompt
 from envhub.tools import ToolSpec
 
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 """Answers that mean "try again later": rate limiting and an overloaded or restarting server."""
-
-ToolFormat = Literal["native", "text"]
-"""How tools reach the model: the request's `tools` field, or schemas in the system prompt."""
 
 TOKEN_FIELDS = ("return_tokens_as_token_ids", "return_token_ids")
 """vLLM's extensions that return the sampled token ids; other servers reject or ignore them."""
