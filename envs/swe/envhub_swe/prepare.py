@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +35,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
@@ -124,6 +127,7 @@ def prepare(
         interpreter = _interpreter(plan.python, python, instance)
     except NoSpec as exc:
         raise Unsupported(f"{instance.instance_id}: {exc}") from exc
+    _check_downloads(plan, instance.instance_id)
     shutil.rmtree(dest, ignore_errors=True)  # an unfinished workspace is never reused
     dest.mkdir(parents=True)
     log = SetupLog(root / f"{instance.instance_id}.prepare.log", on_output)
@@ -172,6 +176,44 @@ def _check_complete(repo: Path, clone: Path, instance_id: str) -> None:
             f"{instance_id}: {clone} lacks {len(missing)} file(s) of base_commit (e.g. {missing[0]}): the "
             "clone is incomplete (a snapshot without its large files?); clone the full repository"
         )
+
+
+_URL = re.compile(r"\b(?:https?|ftp)://[^\s\"'<>]+")
+
+
+def downloads(plan: SetupPlan) -> list[str]:
+    """The URLs the plan's steps fetch themselves (a pre-install's `wget`, a requirement's
+    `git+https://`), outside comments; the package index is not among them."""
+    urls: list[str] = []
+    for step in plan.steps:
+        if step.run:
+            lines = [line for line in step.command.splitlines() if not line.lstrip().startswith("#")]
+            urls += [url for line in lines for url in _URL.findall(line)]
+    return list(dict.fromkeys(urls))
+
+
+def _unreachable(url: str) -> str | None:
+    """Why this machine cannot open a connection to the URL's host, or None when it can."""
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443, "ftp": 21}[parts.scheme]
+    try:
+        socket.create_connection((parts.hostname or "", port), timeout=15).close()
+    except OSError as exc:
+        return str(exc) or type(exc).__name__
+    return None
+
+
+def _check_downloads(plan: SetupPlan, instance_id: str) -> None:
+    """Refuse before building when a step would download from a host this machine cannot reach
+    (matplotlib's qhull from qhull.org): the build would otherwise fail half-way."""
+    for url in downloads(plan):
+        why = _unreachable(url)
+        if why is not None:
+            raise Unsupported(
+                f"{instance_id}: its official set-up downloads {url}, and this machine cannot reach "
+                f"{urlsplit(url).hostname} ({why}); prepare it on a machine that can, or grade it with "
+                "the docker runtime in the row's official image"
+            )
 
 
 def _interpreter(version: str, explicit: str | None, instance: Instance) -> Interpreter:

@@ -11,6 +11,8 @@ for a venv on this machine, one rule each (`ADAPTATIONS`):
 - the requirements files the harness downloads from raw.githubusercontent.com at the row's
   environment_setup_commit are read from the local clone at that commit instead (same code, same
   cleaning: only its `requests.get` is served locally);
+- a conda `environment.yml` (xarray, matplotlib 3.5+), also read from the clone, becomes one pip
+  install (`conda_env.py`: every dropped or renamed entry and why);
 - the instance image's clone, history trimming and final `git commit` are prepare's own work
   (the workspace stays at base_commit), and `apt-get` lines are skipped (no system packages are
   installed on the host; the skip is recorded in the workspace's manifest).
@@ -219,9 +221,8 @@ def _packages(pkgs: str, line: str) -> Step:
 
 def _conda_only(line: str) -> Step:
     raise NoSpec(
-        f"its official environment is built by conda from an environment file (`{line}`), whose "
-        "conda-forge packages have no guaranteed pip equivalent; use the docker runtime with the "
-        "row's official image"
+        f"its official set-up runs conda in a way envhub does not translate (`{line}`); "
+        "use the docker runtime with the row's official image"
     )
 
 
@@ -233,6 +234,10 @@ def adapt(line: str, repo_dir: str) -> Step:
         match = pattern.match(line)
         if match:
             return adapter(match)
+    if re.search(r"(?<![\w/])/testbed\b", line):  # a spec's own pre-install names the image's /testbed
+        return Step(
+            re.sub(r"(?<![\w/])/testbed\b", repo_dir, line), True, f"the image's /testbed is {repo_dir}"
+        )
     return Step(line)
 
 
@@ -244,11 +249,25 @@ def python_of(env_lines: list[str], spec: dict[str, Any]) -> str:
     return str(spec["python"])
 
 
+def adapt_script(
+    env_lines: list[str], repo_lines: list[str], spec: dict[str, Any], repo_dir: str
+) -> list[Step]:
+    """The harness's two set-up scripts as prepare runs them: a conda environment file's lines as
+    `conda_env.py` translates them, every other line by `adapt`."""
+    from envhub_swe.conda_env import CondaEnvironment  # it builds on this module's Step and NoSpec
+
+    conda = CondaEnvironment.of(env_lines, spec)
+    steps: list[Step] = []
+    for line in [*env_lines, *repo_lines]:
+        steps += conda.adapt(line) or [adapt(line, repo_dir)]
+    return steps
+
+
 def official_plan(instance: Instance, clone: Path, repo_dir: str) -> SetupPlan:
     """The steps that build `instance`'s environment: the harness's scripts, adapted."""
     spec, env_lines, repo_lines = official_scripts(instance, clone, repo_dir)
     steps = [Step(SEED, True, "seed the venv like a conda environment")]
-    steps += [adapt(line, repo_dir) for line in [*env_lines, *repo_lines]]
+    steps += adapt_script(env_lines, repo_lines, spec, repo_dir)
     return SetupPlan(
         python=python_of(env_lines, spec),
         steps=tuple(steps),
