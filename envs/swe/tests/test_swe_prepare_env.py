@@ -24,7 +24,6 @@ from envhub_swe.validate import first_cause, validate
 from typer.testing import CliRunner
 
 import envhub
-import envhub.cli.swe  # registers `envhub swe`
 from envhub.cli import app
 
 USR_PYTHON = probe(_sandbox_python())

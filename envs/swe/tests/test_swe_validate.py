@@ -9,7 +9,6 @@ import pytest
 from envhub_swe.runtime import MINI_IMAGE, docker_image_present
 from typer.testing import CliRunner
 
-import envhub.cli.swe  # noqa: F401  (registers `envhub swe` until envhub/cli/__init__.py imports it)
 from envhub.cli import app
 
 
