@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from envhub.cli import app
@@ -77,11 +78,7 @@ def test_rollout_prints_summary_and_writes_a_batch(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "solved (return ≥ 1)" in result.output and "100.0%" in result.output
-    assert sorted(p.name for p in out.iterdir()) == [
-        "manifest.json",
-        "shard-00000.parquet",
-        "shard-00001.parquet",
-    ]
+    assert sorted(p.name for p in out.glob("*.parquet")) == ["shard-00000.parquet", "shard-00001.parquet"]
     episodes = read_episodes(out)
     assert [e.episode_id for e in episodes] == [f"{i:06d}" for i in range(6)]
     assert all(e.reward == 1.0 for e in episodes)
@@ -118,8 +115,15 @@ def test_show_summarizes_prints_an_episode_and_writes_html(tmp_path: Path) -> No
     assert nothing.exit_code == 2 and "holds no envhub batch" in nothing.output
 
 
-def test_rollout_bad_kwarg_and_bad_option_are_explained() -> None:
+def test_rollout_bad_kwarg_and_bad_option_are_explained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a batch without --out goes under runs/ here
     result = runner.invoke(app, ["rollout", "arithmetic", "--kwarg", "steps"])
     assert result.exit_code == 2 and "expected KEY=VALUE for --kwarg" in result.output
-    result = runner.invoke(app, ["rollout", "arithmetic", "--kwarg", "steps=0"])
-    assert result.exit_code == 2 and "steps must be at least 1" in result.output
+    # Types are checked before the batch; a value the constructor refuses fails every episode, which
+    # fails the batch with the constructor's own words.
+    result = runner.invoke(
+        app, ["rollout", "arithmetic", "-n", "2", "--kwarg", "steps=0"], env={"COLUMNS": "400"}
+    )
+    assert result.exit_code == 1 and "steps must be at least 1" in result.output

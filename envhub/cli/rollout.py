@@ -3,24 +3,41 @@
 from __future__ import annotations
 
 import asyncio
+import enum
+import functools
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from envhub.cli.app import USER_ERRORS, app, console, errors, fail, parse_kwargs
 from envhub.display import print_episode
-from envhub.policies import SPECS, load_policy
+from envhub.policies import SPECS, Sampling, load_policy
 from envhub.records import Episode
 from envhub.registration import registry
 from envhub.report import write_html_report
-from envhub.rollout import BatchResult, RolloutLimits, run_batch, summarize, summary_table
-from envhub.rollout.ray_backend import RayWorkerLost, ray_address, run_batch_ray
-from envhub.store import BatchSpec, BatchStore, load_manifest, read_episodes
+from envhub.rollout import (
+    RolloutLimits,
+    RolloutResult,
+    error_rate_problem,
+    fresh_run_dir,
+    plan,
+    summarize,
+    summary_table,
+)
+from envhub.rollout import rollout as batch_rollout
+from envhub.rollout.ray_backend import RayWorkerLost
+from envhub.store import load_manifest, read_episodes
+
+
+class ToolFormat(enum.StrEnum):
+    native = "native"
+    text = "text"
 
 
 class _Tally:
@@ -52,14 +69,54 @@ class _Tally:
 def rollout(
     env_id: str,
     policy: Annotated[str, typer.Option(help=f"Who plays: {SPECS}.")] = "oracle",
-    episodes: Annotated[int, typer.Option(min=1, help="How many episodes.")] = 32,
+    tasks: Annotated[
+        int,
+        typer.Option(
+            "--tasks",
+            "-n",
+            "--episodes",
+            min=1,
+            help="Tasks: seeds SEED, SEED+1, ... (--episodes is the same).",
+        ),
+    ] = 32,
+    rollouts: Annotated[
+        int, typer.Option("--rollouts", "-r", min=1, help="Rollouts per task; the summary shows pass@k.")
+    ] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="Episodes in flight at once.")] = 8,
-    seed: Annotated[int, typer.Option(help="Episode i uses seed SEED + i.")] = 0,
+    seed: Annotated[int, typer.Option(help="Task i uses seed SEED + i.")] = 0,
     kwarg: Annotated[list[str] | None, typer.Option(help="Env option KEY=VALUE (repeatable).")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="The model an openai server serves (instead of openai:URL#MODEL).")
+    ] = None,
+    temperature: Annotated[float | None, typer.Option(min=0, help="Sampling temperature.")] = None,
+    top_p: Annotated[float | None, typer.Option(min=0, max=1, help="Nucleus sampling (openai).")] = None,
+    max_tokens: Annotated[int | None, typer.Option(min=1, help="Most tokens per model turn.")] = None,
+    logprobs: Annotated[
+        bool | None,
+        typer.Option(
+            "--logprobs/--no-logprobs",
+            help="Ask the server for token ids and logprobs (default: ask, store text only if refused).",
+        ),
+    ] = None,
+    tool_format: Annotated[
+        ToolFormat | None,
+        typer.Option(
+            help="native: tools in the request (needs the server's tool parser); text: tools in the "
+            "prompt, <tool_call> blocks parsed from the reply (any server)."
+        ),
+    ] = None,
     out: Annotated[
-        Path | None, typer.Option(help="Batch directory: sharded Parquet, a journal and a manifest.")
+        Path | None,
+        typer.Option(help="Batch directory (default: a new folder under runs/); resumable with --resume."),
     ] = None,
     resume: Annotated[bool, typer.Option(help="Complete the batch already in --out.")] = False,
+    retry_errors: Annotated[
+        bool, typer.Option(help="With --resume: play the episodes that ended in error in --out again.")
+    ] = False,
+    max_error_rate: Annotated[
+        float,
+        typer.Option(min=0, max=1, help="Exit with status 1 when more of the batch's episodes failed."),
+    ] = 0.1,
     step_timeout: Annotated[
         float | None, typer.Option(min=0.001, help="Seconds per policy call or env step.")
     ] = None,
@@ -79,13 +136,25 @@ def rollout(
         ),
     ] = "local",
 ) -> None:
-    """Generate a batch of episodes, with a progress bar and a summary table; resumable with --out."""
+    """Generate a batch of episodes, with a progress bar and a summary table; resumable with --resume.
+
+    Exits with status 1 when more than --max-error-rate of the batch's episodes failed (an unreachable
+    server, a crashing env), with the reason in one line; `--resume --retry-errors` plays those again.
+    """
     try:
+        if resume and out is None:
+            raise ValueError("--resume completes a stored batch: give its folder with --out")
         env_kwargs = parse_kwargs(kwarg or [])
-        address = None if backend == "local" else ray_address(backend)
-        player = load_policy(policy)
-        resolved = registry.spec(env_id).id
-        asyncio.run(registry.make(env_id, **env_kwargs).close())  # fail fast on a bad option
+        sampling = Sampling(
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_tokens,
+            logprobs=logprobs,
+            tool_format=tool_format.value if tool_format else None,
+        )
+        factory = functools.partial(load_policy, policy, model=model, sampling=sampling)
+        player = factory()  # a bad spec or setting fails here, before anything runs
+        label = _label(policy, model, sampling, rollouts)
         limits = RolloutLimits(
             concurrency=concurrency,
             step_timeout=step_timeout,
@@ -93,15 +162,81 @@ def rollout(
             time_budget=time_budget,
             retries=retries,
         )
-        spec = BatchSpec(env_id=resolved, env_kwargs=env_kwargs, policy=policy, seed=seed)
-        store = None
-        if out is not None:
-            store = BatchStore.open(out, spec, episodes=episodes, resume=resume, shard_size=shard_size)
-    except (*USER_ERRORS, ModuleNotFoundError) as exc:
+        resolved = registry.spec(env_id).id
+        out = out or fresh_run_dir(resolved)
+    except (*USER_ERRORS, ModuleNotFoundError, ValidationError) as exc:
         raise fail(exc) from exc
-    indices = store.remaining() if store else list(range(episodes))
+    progress = _progress_bar()
     tally = _Tally()
-    progress = Progress(
+    task = progress.add_task(resolved, total=None, reward=0.0, failures=0, rate=0.0)
+
+    def started(total: int, stored: int) -> None:
+        """The options passed their checks and the store is open: say where, and show the bar."""
+        console.print(f"{'resuming' if resume else 'storing'} the batch in {out}")
+        progress.update(task, total=total, completed=stored)
+        tally.show(progress, task)
+        progress.start()
+
+    def record(episode: Episode) -> None:
+        tally.add(episode)
+        tally.show(progress, task, advance=1)
+
+    async def run() -> RolloutResult:
+        try:
+            return await batch_rollout(
+                env_id,
+                player if backend == "local" else factory,
+                episodes=plan(tasks, rollouts=rollouts, seed=seed),
+                limits=limits,
+                env_kwargs=env_kwargs,
+                seed=seed,
+                out=out,
+                resume=resume,
+                retry_errors=retry_errors,
+                shard_size=shard_size,
+                backend=backend,
+                policy_label=label,
+                on_start=started,
+                on_episode=record,
+            )
+        finally:
+            await player.close()  # the HTTP connection pool or local model lives in this loop
+
+    try:
+        result = asyncio.run(run())
+    except (*USER_ERRORS, ModuleNotFoundError, RayWorkerLost) as exc:
+        _stop(progress)
+        raise fail(exc) from exc
+    except KeyboardInterrupt:
+        _stop(progress)
+        manifest = load_manifest(out)
+        stored = manifest.episodes_done if manifest else 0
+        errors.print(
+            f"interrupted: {stored} of {tasks * rollouts} episodes are stored in {out}; "
+            "run the same command with --resume to finish"
+        )
+        raise typer.Exit(code=130) from None
+    finally:
+        _stop(progress)
+    _report(result, max_error_rate)
+
+
+def _stop(progress: Progress) -> None:
+    """Stop the bar if it was shown: an unstarted one would print a blank line."""
+    if progress.live.is_started:
+        progress.stop()
+
+
+def _label(policy: str, model: str | None, sampling: Sampling, rollouts: int) -> str:
+    """How the manifest names who played and how (`openai#m temperature=0.7 rollouts=4`): a resume
+    with other settings would mix two batches, so the store refuses it by this name."""
+    parts = [policy, f"model={model}" if model else "", sampling.describe()]
+    parts.append(f"rollouts={rollouts}" if rollouts > 1 else "")  # episode i plays task i // rollouts
+    return " ".join(p for p in parts if p)
+
+
+def _progress_bar() -> Progress:
+    return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -111,74 +246,30 @@ def rollout(
         console=console,
     )
 
-    task = progress.add_task(resolved, total=episodes, completed=episodes - len(indices))
-    tally.show(progress, task)
 
-    def record(episode: Episode) -> None:
-        if store is not None:
-            store.add(episode)
-        tally.add(episode)
-        tally.show(progress, task, advance=1)
-
-    batch_run: Coroutine[Any, Any, BatchResult]
-    if backend == "local":
-        batch_run = run_batch(
-            env_id,
-            player,
-            episodes=indices,
-            seed=seed,
-            limits=limits,
-            env_kwargs=env_kwargs,
-            on_episode=record,
-        )
-    else:
-        batch_run = run_batch_ray(
-            env_id,
-            policy,
-            episodes=indices,
-            seed=seed,
-            limits=limits,
-            env_kwargs=env_kwargs,
-            on_episode=record,
-            address=address,
-        )
-
-    async def run_then_close_policy() -> BatchResult:
-        try:
-            return await batch_run
-        finally:
-            await player.close()  # the HTTP connection pool or local model lives in this loop
-
-    try:
-        with progress:
-            result = asyncio.run(run_then_close_policy())
-    except RayWorkerLost as exc:
-        raise fail(exc) from exc
-    except KeyboardInterrupt:
-        if store is not None:
-            store.close()
-            errors.print(
-                f"interrupted: {store.manifest.episodes_done} of {episodes} episodes are stored in {out}; "
-                "run the same command with --resume to finish"
-            )
-        raise typer.Exit(code=130) from None
-    finally:
-        if store is not None:
-            store.close()
-    batch = read_episodes(out) if out is not None else result.episodes
-    if batch:
-        console.print(
-            summary_table(summarize(batch, wall_seconds=result.wall_seconds if out is None else None))
-        )
+def _report(result: RolloutResult, max_error_rate: float) -> None:
+    """The summary table and where the batch is; exit 1 with the reason when too many episodes failed."""
+    if result.episodes:
+        console.print(summary_table(summarize(result.episodes)))
+    if result.retried:
+        console.print(f"played again {len(result.retried)} episodes that had ended in error")
     if result.not_started:
         errors.print(
             f"the time budget ran out before {len(result.not_started)} episodes started; "
             "run the same command with --resume to finish them"
         )
-    if out is not None:
-        console.print(
-            f"{len(batch)} episodes in {out} (this run: {len(result.episodes)}, {result.wall_seconds:.1f} s)"
+    console.print(
+        f"{len(result.episodes)} episodes in {result.out} "
+        f"(this run: {result.played}, {result.wall_seconds:.1f} s)"
+    )
+    problem = error_rate_problem(result.episodes, max_error_rate)
+    if problem is not None:
+        errors.print(
+            Text("error: ", style="bold red")
+            + Text(f"{problem}; fix the cause, then run again with --resume --retry-errors"),
+            highlight=False,
         )
+        raise typer.Exit(code=1)
 
 
 @app.command()

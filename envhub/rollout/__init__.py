@@ -1,12 +1,20 @@
-"""Running episodes in batch and summarising them."""
+"""Running episodes in batch and summarising them; `rollout()` is the entry point for every caller."""
 
-from envhub.rollout.runner import BatchResult, RolloutLimits, run_batch, run_episode
+from envhub.rollout.batch import RolloutResult, error_rate_problem, failed, fresh_run_dir, rollout
+from envhub.rollout.runner import BatchResult, EpisodeRef, RolloutLimits, plan, run_batch, run_episode
 from envhub.rollout.summary import BatchSummary, summarize, summary_table
 
 __all__ = [
     "BatchResult",
     "BatchSummary",
+    "EpisodeRef",
     "RolloutLimits",
+    "RolloutResult",
+    "error_rate_problem",
+    "failed",
+    "fresh_run_dir",
+    "plan",
+    "rollout",
     "run_batch",
     "run_episode",
     "summarize",

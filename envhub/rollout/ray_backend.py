@@ -1,10 +1,11 @@
 """The Ray backend of `envhub rollout`: the same batch, its episodes spread over Ray actors.
 
-Each actor builds the policy from its spec string (a live policy may hold clients or GPU weights
-that do not pickle) and keeps a small pool of `EnvWorker`s, so environments and their sandboxes are
-made once per actor and reset between episodes, exactly as in the asyncio runner. The driver hands
-out episode indices, keeps at most `limits.concurrency` in flight, and calls `on_episode` as each
-episode comes back, so the store, resume and the progress bar work unchanged.
+Each actor builds the policy by calling a picklable factory (a live policy may hold clients or GPU
+weights that do not pickle; `functools.partial(load_policy, "oracle")` is one) and keeps a small pool
+of `EnvWorker`s, so environments and their sandboxes are made once per actor and reset between
+episodes, exactly as in the asyncio runner. The driver hands out episode references, keeps at most
+`limits.concurrency` in flight, and calls `on_episode` as each episode comes back, so the store,
+resume and the progress bar work unchanged.
 
 A dead actor (its process killed, its node lost) is restarted by Ray, which re-runs the episodes it
 had in flight; the driver sees each episode once. Ray is imported only when this backend runs.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import logging
 import os
@@ -22,10 +24,13 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from envhub.policies import load_policy
+from envhub.policies import Policy, load_policy
 from envhub.records import Episode
 from envhub.registration import registry
-from envhub.rollout.runner import BatchResult, EnvWorker, RolloutLimits
+from envhub.rollout.runner import BatchResult, EnvWorker, EpisodeRef, RolloutLimits, as_refs
+
+PolicyFactory = Callable[[], Policy]
+"""Builds the policy where the episodes run; it must pickle to reach a Ray worker."""
 
 Actor = Any
 """A Ray handle to an `EpisodeWorker` actor (Ray's annotations of actor calls do not type-check)."""
@@ -76,17 +81,17 @@ class EpisodeWorker:
         self,
         env_id: str,
         env_kwargs: dict[str, Any],
-        policy_spec: str,
+        policy: PolicyFactory,
         limits: RolloutLimits,
         seed: int | None,
     ) -> None:
         self.env_id, self.env_kwargs, self.limits, self.seed = env_id, env_kwargs, limits, seed
-        self.policy = load_policy(policy_spec)
+        self.policy = policy()
         self.idle: list[EnvWorker] = []
         self.workers: list[EnvWorker] = []
 
-    async def play(self, index: int, budget_ends_at: float | None) -> Episode:
-        """Play episode `index`; `budget_ends_at` is the batch's end in `time.time()` seconds.
+    async def play(self, ref: EpisodeRef, budget_ends_at: float | None) -> Episode:
+        """Play the episode `ref` names; `budget_ends_at` is the batch's end in `time.time()` seconds.
 
         The end is absolute, not "seconds left", so an episode re-run after a restart keeps the
         batch's deadline instead of getting a fresh budget.
@@ -99,20 +104,21 @@ class EpisodeWorker:
             worker = EnvWorker(self.env_id, self.env_kwargs, self.policy, self.limits, seed=self.seed)
             self.workers.append(worker)
         try:
-            return await worker.play(index, budget_deadline=deadline)
+            return await worker.play(ref, budget_deadline=deadline)
         finally:
             self.idle.append(worker)
 
     async def close(self) -> None:
         """Close every environment (and so its sandbox); the driver calls this before killing the actor."""
         await asyncio.gather(*(worker.close() for worker in self.workers))
+        await self.policy.close()
 
 
 async def run_batch_ray(
     env_id: str,
-    policy_spec: str,
+    policy: str | PolicyFactory,
     *,
-    episodes: Iterable[int],
+    episodes: Iterable[int | EpisodeRef],
     seed: int | None,
     limits: RolloutLimits,
     env_kwargs: dict[str, Any],
@@ -122,6 +128,7 @@ async def run_batch_ray(
 ) -> BatchResult:
     """Play the episodes `episodes` names on Ray actors; the result is what `run_batch` would return.
 
+    `policy` is a picklable factory each actor calls once, or a `load_policy` spec string.
     `address` is where Ray runs (`auto`, `ray://host:port`); without it the current Ray connection is
     used, or a local Ray instance with one CPU per core is started (and shut down at the end).
     `workers` is the number of actors: by default one per CPU of the cluster, at most one per episode
@@ -129,9 +136,10 @@ async def run_batch_ray(
     """
     import ray
 
-    indices = list(episodes)
+    refs = as_refs(episodes, seed)
+    factory = functools.partial(load_policy, policy) if isinstance(policy, str) else policy
     started = time.perf_counter()
-    slots = min(limits.concurrency, max(len(indices), 1))
+    slots = min(limits.concurrency, max(len(refs), 1))
     if limits.backend_concurrency:  # every episode uses the same env, hence the same sandbox backend
         backend = registry.spec(env_id).provenance.default_sandbox or "none"
         slots = min(slots, limits.backend_concurrency.get(backend, slots))
@@ -148,10 +156,10 @@ async def run_batch_ray(
             max_concurrency=-(-slots // count),
             scheduling_strategy="SPREAD",
         )
-        actors = [actor_class.remote(env_id, env_kwargs, policy_spec, limits, seed) for _ in range(count)]
+        actors = [actor_class.remote(env_id, env_kwargs, factory, limits, seed) for _ in range(count)]
         return await _dispatch(
             actors,
-            indices,
+            refs,
             slots=slots,
             limits=limits,
             on_episode=on_episode,
@@ -166,7 +174,7 @@ async def run_batch_ray(
 
 async def _dispatch(
     actors: list[Actor],
-    indices: list[int],
+    refs: list[EpisodeRef],
     *,
     slots: int,
     limits: RolloutLimits,
@@ -177,7 +185,7 @@ async def _dispatch(
     """Keep `slots` episodes in flight, slot i on actor i mod len(actors), until none is left to start."""
     from ray.exceptions import RayActorError
 
-    pending = deque(indices)
+    pending = deque(refs)
     done: list[Episode] = []
     failures: list[Exception] = []
     budget = limits.time_budget
@@ -186,14 +194,14 @@ async def _dispatch(
 
     async def slot(actor: Actor) -> None:
         while pending and not failures and (stop_at is None or time.monotonic() < stop_at):
-            index = pending.popleft()
+            ref = pending.popleft()
             try:
-                episode: Episode = await actor.play.remote(index, ends_at)
+                episode: Episode = await actor.play.remote(ref, ends_at)
             except RayActorError as exc:
                 failures.append(
                     RayWorkerLost(
                         f"a Ray worker playing {env_id} died {ACTOR_RESTARTS + 1} times or could not start, "
-                        f"last while playing episode {index}: {exc}\nFix the cause (memory? a crashing "
+                        f"last while playing episode {ref.index}: {exc}\nFix the cause (memory? a crashing "
                         "sandbox? the env or the policy not installed on the Ray workers?), then run again "
                         "with --resume: the episodes finished so far are kept"
                     )
@@ -214,7 +222,7 @@ async def _dispatch(
         raise failures[0]
     return BatchResult(
         episodes=sorted(done, key=lambda e: e.episode_id),
-        not_started=sorted(pending),
+        not_started=sorted(ref.index for ref in pending),
         wall_seconds=time.perf_counter() - started,
     )
 

@@ -27,6 +27,52 @@ from envhub.registration import make
 T = TypeVar("T")
 
 
+class EpisodeRef(BaseModel):
+    """Which episode to play: its place in the batch (its id), its task (the seed) and which rollout of it.
+
+    A GRPO group is G references to one task; a plain batch is one reference per task.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int = Field(ge=0)
+    """Its place in the batch: the episode is stored as `episode_id(index)`."""
+    seed: int | None
+    """The seed `reset` gets, which picks the task; None lets the env choose."""
+    task: int = Field(0, ge=0)
+    rollout: int = Field(0, ge=0)
+    """Which of the task's rollouts this is (0 for a batch of one rollout per task)."""
+
+
+def plan(tasks: int, *, rollouts: int = 1, seed: int | None = 0) -> list[EpisodeRef]:
+    """`tasks` × `rollouts` references: episode i is rollout i % rollouts of task i // rollouts,
+    which plays seed `seed + task` (every rollout of a task sees the same task)."""
+    if tasks < 0 or rollouts < 1:
+        raise ValueError(f"need tasks >= 0 and rollouts >= 1, got {tasks} and {rollouts}")
+    return [
+        EpisodeRef(
+            index=task * rollouts + k,
+            seed=None if seed is None else seed + task,
+            task=task,
+            rollout=k,
+        )
+        for task in range(tasks)
+        for k in range(rollouts)
+    ]
+
+
+def as_refs(episodes: int | Iterable[int | EpisodeRef], seed: int | None) -> list[EpisodeRef]:
+    """References for a count, for bare indices (index i plays seed `seed + i`), or as given."""
+    if isinstance(episodes, int):
+        return plan(episodes, seed=seed)
+    return [
+        e
+        if isinstance(e, EpisodeRef)
+        else EpisodeRef(index=e, seed=None if seed is None else seed + e, task=e)
+        for e in episodes
+    ]
+
+
 class RolloutLimits(BaseModel):
     """How long and how wide a batch may run."""
 
@@ -180,7 +226,7 @@ def _describe(exc: BaseException) -> str:
 class BatchResult(BaseModel):
     episodes: list[Episode]
     not_started: list[int] = Field(default_factory=list)
-    """Indices left unrun because the time budget ran out; `--resume` runs them."""
+    """Indices of the episodes left unrun because the time budget ran out; `--resume` runs them."""
     wall_seconds: float
 
 
@@ -188,21 +234,21 @@ async def run_batch(
     env_id: str,
     policy: Policy,
     *,
-    episodes: int | Iterable[int],
+    episodes: int | Iterable[int | EpisodeRef],
     seed: int | None = 0,
     limits: RolloutLimits | None = None,
     env_kwargs: dict[str, Any] | None = None,
     on_episode: Callable[[Episode], None] | None = None,
 ) -> BatchResult:
-    """Play episodes (a count, or the indices still to run); episode i uses seed `seed + i`.
+    """Play episodes: a count, the indices still to run (index i uses seed `seed + i`), or references.
 
-    `limits.concurrency` `EnvWorker`s take indices from one queue, each on its own environment.
+    `limits.concurrency` `EnvWorker`s take references from one queue, each on its own environment.
     """
     limits = limits or RolloutLimits()
-    indices = list(range(episodes)) if isinstance(episodes, int) else list(episodes)
-    pending: asyncio.Queue[int] = asyncio.Queue()
-    for index in indices:
-        pending.put_nowait(index)
+    refs = as_refs(episodes, seed)
+    pending: asyncio.Queue[EpisodeRef] = asyncio.Queue()
+    for ref in refs:
+        pending.put_nowait(ref)
     loop = asyncio.get_running_loop()
     started = time.perf_counter()
     budget_deadline = None if limits.time_budget is None else loop.time() + limits.time_budget
@@ -227,9 +273,9 @@ async def run_batch(
             await env_worker.close()
 
     async with asyncio.TaskGroup() as group:
-        for _ in range(min(limits.concurrency, max(len(indices), 1))):
+        for _ in range(min(limits.concurrency, max(len(refs), 1))):
             group.create_task(worker())
-    not_started = sorted(pending.get_nowait() for _ in range(pending.qsize()))
+    not_started = sorted(pending.get_nowait().index for _ in range(pending.qsize()))
     return BatchResult(
         episodes=sorted(done, key=lambda e: e.episode_id),
         not_started=not_started,
@@ -260,17 +306,22 @@ class EnvWorker:
         self.backend_slots = backend_slots or {}
         self.env: Env | None = None
 
-    async def play(self, index: int, *, budget_deadline: float | None = None) -> Episode:
-        """Play episode `index` (seed `seed + index`); `budget_deadline` is the batch's, in loop time."""
+    async def play(self, episode: int | EpisodeRef, *, budget_deadline: float | None = None) -> Episode:
+        """Play one episode: a reference, or an index (seed `seed + index`); `budget_deadline` is the
+        batch's, in loop time."""
+        (ref,) = as_refs([episode], self.seed)
+        return await self._play(ref, budget_deadline)
+
+    async def _play(self, ref: EpisodeRef, budget_deadline: float | None) -> Episode:
         episode: Episode | None = None
         for attempt in range(1, self.limits.retries + 2):
             try:
                 env = self.env = self.env or make(self.env_id, **self.env_kwargs)
             except Exception as exc:  # a sandbox that could not start: retried like any infrastructure error
                 episode = Episode(
-                    episode_id=episode_id(index),
+                    episode_id=episode_id(ref.index),
                     env_id=self.env_id,
-                    seed=None if self.seed is None else self.seed + index,
+                    seed=ref.seed,
                     policy=self.policy.name,
                     policy_info=self.policy.info(),
                     prompt=[],
@@ -281,10 +332,10 @@ class EnvWorker:
             backend = (env.spec.provenance.default_sandbox if env.spec else None) or "none"
             slot = self.backend_slots.get(backend)
             if slot is None:
-                episode = await self._play_once(env, index, budget_deadline)
+                episode = await self._play_once(env, ref, budget_deadline)
             else:
                 async with slot:
-                    episode = await self._play_once(env, index, budget_deadline)
+                    episode = await self._play_once(env, ref, budget_deadline)
             episode = episode.model_copy(update={"attempts": attempt})
             if episode.error is None:
                 break
@@ -301,7 +352,7 @@ class EnvWorker:
             await _close_quietly(self.env)
             self.env = None
 
-    async def _play_once(self, env: Env, index: int, budget_deadline: float | None) -> Episode:
+    async def _play_once(self, env: Env, ref: EpisodeRef, budget_deadline: float | None) -> Episode:
         limits = self.limits
         loop = asyncio.get_running_loop()
         deadline = None if limits.episode_timeout is None else loop.time() + limits.episode_timeout
@@ -311,8 +362,8 @@ class EnvWorker:
         return await run_episode(
             env,
             self.policy,
-            seed=None if self.seed is None else self.seed + index,
-            episode_id=episode_id(index),
+            seed=ref.seed,
+            episode_id=episode_id(ref.index),
             step_timeout=limits.step_timeout,
             deadline=deadline,
             deadline_reason=reason,
