@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
+from importlib import metadata
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 import envhub
+from envhub.authoring.rewards import reward_methods
 from envhub.cli.app import USER_ERRORS, app, console, fail
-from envhub.registration import registry
+from envhub.registration import Registration, registry
 
 
 def catalog() -> list[dict[str, Any]]:
@@ -38,7 +41,29 @@ def catalog() -> list[dict[str, Any]]:
         row["installed"] = True
         if env_id in conflicts:
             row["conflict"] = [r.origin for r in conflicts[env_id]]
+        elif not row["description"] or not row["tags"]:  # a plugin the hub's index does not know
+            described = _described_by_plugin(registration)
+            row["description"] = row["description"] or described["description"]
+            row["tags"] = row["tags"] or described["tags"]
     return sorted(rows.values(), key=lambda row: row["id"])
+
+
+def _described_by_plugin(registration: Registration) -> dict[str, Any]:
+    """A plugin's own words: the first line of its class's docstring (else its package's summary), and
+    its package's keywords as tags. A plugin that fails to import keeps the package's summary."""
+    package: metadata.PackageMetadata | None = None
+    if registration.package:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            package = metadata.metadata(registration.package)
+    summary = (package["Summary"] if package and "Summary" in package else None) or ""
+    keywords = (package["Keywords"] if package and "Keywords" in package else None) or ""
+    doc = ""
+    with contextlib.suppress(Exception):  # `envhub list` must list a broken plugin too
+        doc = inspect.getdoc(registry._load(registration)) or ""
+    return {
+        "description": doc.strip().splitlines()[0] if doc.strip() else summary,
+        "tags": [tag.strip() for tag in keywords.split(",") if tag.strip()],
+    }
 
 
 @app.command("list")
@@ -69,6 +94,16 @@ def list_envs(
     console.print(table)
 
 
+def _rewards(env: envhub.Env) -> str:
+    """Each reward component with its weight and the first line of its docstring; the episode's reward
+    is the weighted sum."""
+    lines = []
+    for name, (method, weight) in reward_methods(env).items():
+        doc = (inspect.getdoc(method) or "").strip()
+        lines.append(f"{name} × {weight:g}" + (f": {doc.splitlines()[0]}" if doc else ""))
+    return "\n".join(lines) or "none declared with @envhub.reward (the env's step() sets the reward)"
+
+
 @app.command()
 def info(env_id: str) -> None:
     """Show an environment's spec, provenance, tools and constructor options."""
@@ -93,6 +128,7 @@ def info(env_id: str) -> None:
     ]
     table.add_row("options", ", ".join(parameters) or "none")
     table.add_row("tools", "\n".join(f"{t.name}: {t.description}" for t in env.tools) or "none")
+    table.add_row("rewards", _rewards(env))
     if entry and entry.tags:
         table.add_row("tags", ", ".join(entry.tags))
     console.print(table)

@@ -14,7 +14,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 import envhub.sandbox as sandbox
 from envhub.sandbox.policy import IsolationPolicy
@@ -25,7 +27,10 @@ Timed = Callable[[], Awaitable[None]]
 
 @dataclass
 class Row:
+    name: str
+    """A short name, so the table fits an 80-column terminal."""
     metric: str
+    """What was measured, in full: printed under the table."""
     unit: str
     values: dict[str, float | None] = field(default_factory=dict)
 
@@ -133,33 +138,36 @@ async def measure(iterations: int = 50, *, docker: bool | None = None, image: st
             if docker:
                 raise
     labels = {
-        "cold": ("cold start + `python -c pass` + close, p50", "ms"),
-        "warm": ("`python -c pass` in an open sandbox, p50", "ms"),
-        "true": ("`true` in an open sandbox (exec overhead), p50", "ms"),
-        "worker": ("persistent worker `run('pass')` round trip, p50", "ms"),
-        "rate": ("sandboxes created + closed per second, 2 workers", "/s"),
+        "cold": ("cold start", "cold start + `python -c pass` + close, p50", "ms"),
+        "warm": ("python", "`python -c pass` in an open sandbox, p50", "ms"),
+        "true": ("exec", "`true` in an open sandbox (exec overhead), p50", "ms"),
+        "worker": ("worker call", "persistent worker `run('pass')` round trip, p50", "ms"),
+        "rate": ("create+close", "sandboxes created + closed per second, 2 workers", "/s"),
     }
     return [
-        Row(label, unit, {name: col.get(key) for name, col in columns.items()})
-        for key, (label, unit) in labels.items()
+        Row(name, metric, unit, {backend: col.get(key) for backend, col in columns.items()})
+        for key, (name, metric, unit) in labels.items()
     ]
 
 
-def to_table(rows: list[Row]) -> Table:
-    names = list(rows[0].values)
+def to_table(rows: list[Row]) -> Group:
+    """One short line per metric (the unit beside its name), the full descriptions under the table:
+    long labels in a cell would wrap into unreadable columns on an 80-column terminal."""
+    backends = list(rows[0].values)
     table = Table(title="envhub sandbox benchmark (subprocess = no isolation)")
-    table.add_column("metric")
-    for name in names:
-        table.add_column(name, justify="right")
-    table.add_column("local / subprocess", justify="right")
+    table.add_column("metric", no_wrap=True)
+    for backend in backends:
+        table.add_column(backend, justify="right", no_wrap=True)
+    table.add_column("ratio", justify="right", no_wrap=True)
     for row in rows:
-        cells = [f"{v:.2f} {row.unit}" if v is not None else "n/a" for v in row.values.values()]
+        cells = [f"{v:.2f}" if v is not None else "n/a" for v in row.values.values()]
         base, local = row.values.get("subprocess"), row.values.get("local")
         ratio = f"{local / base:.2f}x" if base and local else "n/a"
-        table.add_row(row.metric, *cells, ratio)
-    return table
+        table.add_row(f"{row.name} ({row.unit})", *cells, ratio)
+    legend = [f"{row.name}: {row.metric}" for row in rows]
+    return Group(table, Text("\n".join([*legend, "ratio: local / subprocess"]), style="dim"))
 
 
-def run_benchmark(iterations: int = 50, *, docker: bool | None = None, image: str | None = None) -> Table:
-    """The CLI's entry point: measure and return the comparison as a rich Table."""
+def run_benchmark(iterations: int = 50, *, docker: bool | None = None, image: str | None = None) -> Group:
+    """The CLI's entry point: measure and return the comparison: a table and what each row measures."""
     return to_table(asyncio.run(measure(iterations, docker=docker, image=image)))
