@@ -1,5 +1,6 @@
 """envhub: hermetic multi-turn environments for RL post-training of LLM agents, behind one async API."""
 
+import importlib.util
 from importlib.metadata import PackageNotFoundError, version
 
 from envhub.authoring import ChatEnv, MultiTurnEnv, Reaction, Reply, SingleTurnEnv, ToolEnv, reward
@@ -27,6 +28,12 @@ from envhub.registration import (
     spec,
 )
 from envhub.tools import ToolSpec, tool
+
+if importlib.util.find_spec("gymnasium") is not None:
+    # gymnasium 1.x has no plugin hook: `gymnasium.make("envhub/<id>")` works once envhub is imported
+    from envhub.gym_adapter import register_gymnasium_envs
+
+    register_gymnasium_envs()
 
 try:
     __version__ = version("envhub-core")  # the distribution; `envhub` on PyPI is another project

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envhub.messages import Message
+from envhub.text_format import parse_assistant_text
 from envhub.tools import ToolSpec
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ class EpisodeStateError(RuntimeError):
 def parse_action(action: Action) -> Message:
     """Read any accepted action form as an assistant message, or raise MalformedAction saying why."""
     if isinstance(action, str):
-        message = Message(role="assistant", content=action)
+        message = parse_assistant_text(action)  # model text: its <tool_call> blocks are tool calls
     elif isinstance(action, Message):
         message = action
     elif isinstance(action, dict):

@@ -92,10 +92,6 @@ def test_gymnasium_make_finds_every_envhub_id_through_the_adapter_module() -> No
     assert listed == sorted(f"envhub/{i}" for i in envhub.registry.registrations())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs envhub/__init__.py to call envhub.gym_adapter.register_gymnasium_envs() (lead's file)",
-)
 @pytest.mark.parametrize("order", [("envhub", "gymnasium"), ("gymnasium", "envhub")])
 def test_gymnasium_make_finds_every_envhub_id_once_envhub_is_imported(order: tuple[str, str]) -> None:
     listed = json.loads(run_python(REGISTRY.format(first=order[0], second=order[1])))

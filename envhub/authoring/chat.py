@@ -28,7 +28,6 @@ from envhub.core import (
 )
 from envhub.core import Env as BaseEnv
 from envhub.messages import Message, system, user
-from envhub.text_format import parse_assistant_text
 
 
 class Reaction(BaseModel):
@@ -114,7 +113,7 @@ class ChatEnv(BaseEnv):
         self.turn += 1
         info: dict[str, Any] = {"turn": self.turn}
         try:
-            message = parse_action(parse_assistant_text(action) if isinstance(action, str) else action)
+            message = parse_action(action)
         except MalformedAction as exc:
             self.messages.append(recorded_action(action))
             reaction = Reaction(observation=[user(f"Error: {exc}")])

@@ -162,6 +162,7 @@ class VLLMServerEngine:
             SERVED_NAME,
             temperature=0.0 if greedy else self.temperature,
             max_tokens=self.max_new_tokens,
+            logprobs=True,  # training needs token ids: a server that drops them is an error, not a warning
             max_connections=self.concurrency,
             extra_body=extra,
         )
