@@ -3,6 +3,12 @@
 Plugins declare environments in the entry-point group `envhub.envs` (`"name-vN" = "module:Class"`).
 They are discovered on first use but imported only when one of their ids is made, so one broken plugin
 cannot stop the others from working, and `envhub list` stays fast.
+
+A plugin that wraps an open-ended catalogue (every gymnasium env a user has installed) claims a whole
+namespace instead, in the group `envhub.namespaces` (`"gym" = "module:factory_for"`): an id of that
+namespace that no `envhub.envs` entry names is resolved by calling `factory_for("FrozenLake-v1")`, which
+returns a factory or None. `gym:FrozenLake-v1` is read as `gym/FrozenLake-v1`, the form users of other
+hubs type. Such ids are made on demand, so `envhub list` shows only the ones declared statically.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from envhub.ids import EnvId, parse_env_id
 from envhub.index import RegistryIndex, default_index
 
 ENTRY_POINT_GROUP = "envhub.envs"
+NAMESPACE_GROUP = "envhub.namespaces"
 
 EnvFactory = Callable[..., Env]
 
@@ -128,7 +135,11 @@ class Registry:
     def resolve(self, env_id: str) -> Registration:
         """The registration an id means; unversioned ids mean the newest version."""
         self._discover_plugins()
-        wanted = parse_env_id(env_id)
+        wanted = parse_env_id(self._namespace_form(env_id))
+        if str(wanted) not in self._registrations and wanted.namespace is not None:
+            dynamic = self._from_namespace(wanted)
+            if dynamic is not None:
+                return dynamic
         if wanted.version is None and str(wanted) not in self._registrations:
             versions = [r for r in self._registrations.values() if r.env_id.family == wanted.family]
             if versions:
@@ -144,6 +155,41 @@ class Registry:
                 f"environment id {registration.id!r} is provided by more than one plugin:\n{claims}\n"
                 "uninstall one of them, or ask its author to use a namespace ('acme/name-v0')"
             )
+        return registration
+
+    @staticmethod
+    def _namespace_form(env_id: str) -> str:
+        """`gym:FrozenLake-v1` → `gym/FrozenLake-v1` when `gym` names a namespace plugin."""
+        prefix, colon, rest = env_id.partition(":")
+        if colon and "/" not in prefix and _namespace_entry_point(prefix) is not None:
+            return f"{prefix}/{rest}"
+        return env_id
+
+    def _from_namespace(self, wanted: EnvId) -> Registration | None:
+        """The registration a namespace plugin makes for an id it knows, or None."""
+        assert wanted.namespace is not None
+        ep = _namespace_entry_point(wanted.namespace)
+        if ep is None:
+            return None
+        package = ep.dist.name if ep.dist else "unknown distribution"
+        origin = f"plugin {package} (namespace {wanted.namespace})"
+        lookup: Callable[[str], EnvFactory | None] = self._load(  # type: ignore[assignment]
+            Registration(wanted, ep.value, origin=origin, package=package)
+        )
+        name = str(wanted).removeprefix(f"{wanted.namespace}/")
+        try:
+            factory = lookup(name)
+        except Exception as exc:
+            raise PluginImportError(
+                f"the namespace plugin {ep.value!r} from {origin} failed on {name!r}: "
+                f"{type(exc).__name__}: {exc}\n"
+                "Fix or reinstall that plugin; other environments are unaffected."
+            ) from exc
+        if factory is None:
+            return None
+        version = ep.dist.version if ep.dist else None
+        registration = Registration(wanted, factory, origin=origin, package=package, package_version=version)
+        self._registrations[registration.id] = registration
         return registration
 
     def _unknown_message(self, wanted: EnvId) -> str:
@@ -227,6 +273,11 @@ class Registry:
                 "an entry point must name an Env subclass or a function returning an Env"
             )
         return target  # type: ignore[no-any-return]
+
+
+def _namespace_entry_point(namespace: str) -> metadata.EntryPoint | None:
+    found = metadata.entry_points(group=NAMESPACE_GROUP, name=namespace)
+    return next(iter(found), None)
 
 
 registry = Registry(default_index())
