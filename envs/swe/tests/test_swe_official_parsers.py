@@ -1,8 +1,9 @@
 """envhub's log parsers against the official harness's (the `swebench` package), on real logs.
 
 The fixtures under data/real_logs are the status lines of real Lite runs (benchmarks/swe_fidelity.py,
-`--keep-logs`): pytest 4 to 7, sympy's bin/test, seaborn's, pylint's and requests' suites. For every
-test the official parser reports, envhub's must agree on passed or not, and it must see the run end.
+`--keep-logs`): pytest 4 to 7, sympy's bin/test, seaborn's, pylint's and requests' suites, django's
+runtests.py (3.1 on Python 3.6, 4.0, 5.0). For every test the official parser reports, envhub's must
+agree on passed or not, and it must see the run end.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ REPOS = {
     "mwaskom": "mwaskom/seaborn",
     "pylint-dev": "pylint-dev/pylint",
     "psf": "psf/requests",
+    "django": "django/django",
 }
 
 
