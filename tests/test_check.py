@@ -1,0 +1,165 @@
+"""`envhub check`: first-party families pass their arrival check, and each kind of broken env fails it
+with the failing check named, on the command line and in the library's report."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import envhub
+from envhub.checks import ORACLE, RANDOM, RESET, ROUND_TRIP, SEEDED, check, load_report
+from envhub.cli import app
+from envhub.messages import Message
+
+runner = CliRunner()
+
+
+class NoReference(envhub.SingleTurnEnv):
+    """Say the seeded word back; no reference solution, so the oracle check does not apply."""
+
+    word = ""
+
+    def setup(self, rng: random.Random) -> str:
+        self.word = f"w{rng.randint(0, 10**6)}"
+        return f"Reply with {self.word} only."
+
+    @envhub.reward
+    def exact(self, answer: str) -> float:
+        return float(answer.strip() == self.word)
+
+
+class Echo(NoReference):
+    """The same with its reference solution: a correct env, the base of the broken ones below."""
+
+    def reference_action(self, messages: list[Message]) -> envhub.Action:
+        return self.word
+
+
+class UnseededReset(Echo):
+    """Draws its task from the operating system, not from the seed."""
+
+    def setup(self, rng: random.Random) -> str:
+        return super().setup(random.Random(random.SystemRandom().getrandbits(64)))
+
+
+class LeftoverState(Echo):
+    """Each reset's prompt depends on how many episodes this env has played before."""
+
+    played = 0
+
+    def setup(self, rng: random.Random) -> str:
+        self.played += 1
+        return f"{super().setup(rng)} (episode {self.played})"
+
+
+class WrongOracle(Echo):
+    """The reference solution answers something the reward does not accept."""
+
+    def reference_action(self, messages: list[Message]) -> envhub.Action:
+        return self.word.upper()
+
+
+class RaisesOnWrongAnswers(Echo):
+    """Raises out of its reward instead of scoring a wrong answer 0: the contract says answer, never raise."""
+
+    @envhub.reward
+    def exact(self, answer: str) -> float:
+        if answer.strip() != self.word:
+            raise RuntimeError(f"cannot score {answer!r}")
+        return 1.0
+
+
+@pytest.fixture(autouse=True)
+def checks_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Saved reports go to a fresh folder, never the user's cache."""
+    folder = tmp_path / "checks"
+    monkeypatch.setenv("ENVHUB_CHECKS_DIR", str(folder))
+    return folder
+
+
+def registered(env_id: str, cls: type[envhub.Env]) -> str:
+    envhub.register(env_id, cls, override=True)
+    return env_id
+
+
+@pytest.mark.parametrize("env_id", ["arithmetic", "countdown", "code-single"])
+def test_first_party_envs_pass_with_the_oracle_at_full_reward(env_id: str) -> None:
+    report = check(env_id, seeds=3, episodes=3)
+    assert report.passed, report.failures
+    assert report.env_id == f"{env_id}-v0"
+    for name in (RESET, SEEDED, ORACLE, RANDOM, ROUND_TRIP):
+        assert report.result(name).status == "pass", report.result(name)
+    assert report.result(ORACLE).value == 1.0
+    random_reward = report.result(RANDOM).value
+    assert random_reward is not None and random_reward < 1.0
+
+
+def test_the_command_prints_the_table_and_keeps_the_report(checks_dir: Path) -> None:
+    result = runner.invoke(app, ["check", "countdown", "--episodes", "2"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for expected in ("countdown-v0", RESET, ORACLE, "mean 1.00 (min 1.00) over 2 episodes", ROUND_TRIP):
+        assert expected in result.output
+    saved = load_report("countdown-v0")
+    assert saved is not None and saved.passed and saved.episodes == 2
+    assert list(checks_dir.iterdir()) == [checks_dir / "countdown-v0.json"]
+
+
+def test_a_correct_test_env_passes() -> None:
+    """The control for the broken envs below: they differ from this one in one method each."""
+    result = runner.invoke(app, ["check", registered("check-echo-v0", Echo)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+
+
+def test_an_unseeded_reset_fails_naming_the_check() -> None:
+    env_id = registered("check-unseeded-v0", UnseededReset)
+    result = runner.invoke(app, ["check", env_id], env={"COLUMNS": "200"})
+    assert result.exit_code == 1, result.output
+    assert f"failed: {env_id}: {RESET}" in result.output
+    assert "reset(seed=0) gave two different first observations" in result.output
+
+
+def test_state_left_by_the_previous_episode_fails_reset_determinism() -> None:
+    report = check(registered("check-leftover-v0", LeftoverState), seeds=3, episodes=1)
+    assert [r.name for r in report.failures] == [RESET]
+    assert report.result(RESET).figure == "2 of 3 seeds differ"  # seed 1 is reset second both ways
+
+
+def test_an_oracle_scoring_zero_fails_naming_the_check() -> None:
+    env_id = registered("check-wrong-oracle-v0", WrongOracle)
+    result = runner.invoke(app, ["check", env_id, "--no-save"], env={"COLUMNS": "200"})
+    assert result.exit_code == 1, result.output
+    assert f"failed: {env_id}: {ORACLE}" in result.output
+    detail = check(env_id, episodes=2).result(ORACLE).detail
+    assert detail.startswith("the reference solution scored 0 on seed 0, below 1"), detail
+    assert "{'exact': 0.0}" in detail
+
+
+def test_an_env_raising_on_random_actions_fails_the_random_baseline() -> None:
+    report = check(registered("check-raises-v0", RaisesOnWrongAnswers), episodes=2)
+    assert [r.name for r in report.failures] == [RANDOM]
+    assert "ended in env_error: RuntimeError: cannot score" in report.result(RANDOM).detail
+
+
+def test_an_env_without_reference_skips_the_oracle_and_stores_a_random_episode() -> None:
+    report = check(registered("check-no-reference-v0", NoReference), episodes=2)
+    assert report.passed, report.failures
+    assert report.result(ORACLE).status == "skip"
+    assert report.result(ROUND_TRIP).status == "pass"
+    assert report.summary() == "passed, random 0.00"
+
+
+def test_one_task_for_every_seed_is_a_warning_not_a_failure() -> None:
+    report = check("guess-number", episodes=1)  # the secret differs per seed, the prompt does not
+    assert report.passed, report.failures
+    assert report.result(SEEDED).status == "warn"
+
+
+def test_an_unknown_id_fails_before_any_env_is_checked(checks_dir: Path) -> None:
+    result = runner.invoke(app, ["check", "countdown", "arithmatic"])
+    assert result.exit_code == 2, result.output
+    assert "no environment 'arithmatic' is registered" in result.output
+    assert "countdown-v0" not in result.output.split("error:")[0]
+    assert not checks_dir.exists()
