@@ -13,8 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envhub.core import Provenance
 from envhub.messages import Message
-from envhub.policies.base import TokenTrace
 from envhub.tools import ToolSpec
+from envhub.trace import TokenTrace
 
 ErrorKind = Literal["env_error", "policy_error", "timeout", "cutoff"]
 """`timeout`: one policy call or env step took longer than the step timeout (retried as infrastructure);

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import random
 import threading
 import warnings
@@ -21,60 +20,18 @@ from pathlib import Path
 from typing import Any, get_args
 
 from envhub.core import Env
+from envhub.inference.batching import MicroBatcher
+from envhub.inference.chat_template import prompt_ids, template_message
 from envhub.messages import Message
-from envhub.policies.base import EpisodeTokens, Generation, Policy, ToolFormat
-from envhub.policies.batching import MicroBatcher
+from envhub.policies.base import Generation, Policy, ToolFormat
 from envhub.text_format import parse_assistant_text, tool_prompt
 from envhub.tools import ToolSpec
+from envhub.trace import EpisodeTokens
+
+__all__ = ["TransformersPolicy", "prompt_ids", "template_message"]
+"""The chat-template helpers live in `envhub.inference.chat_template`; the trainer imports them here."""
 
 INSTALL_HINT = "pip install 'envhub-core[hf]' (torch==2.13.0 and transformers)"
-
-
-def template_message(message: Message) -> dict[str, Any]:
-    """A message as Hugging Face chat templates expect it: tool-call arguments as objects, text only.
-
-    Templates render arguments with `tojson`, so raw JSON text would come out quoted; images are left
-    out because the models served here read text only.
-    """
-    out: dict[str, Any] = {"role": message.role, "content": message.text}
-    if message.tool_calls:
-        out["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": _arguments(c.arguments)},
-            }
-            for c in message.tool_calls
-        ]
-    if message.tool_call_id is not None:
-        out["tool_call_id"] = message.tool_call_id
-    if message.name is not None:
-        out["name"] = message.name
-    return out
-
-
-def prompt_ids(
-    tokenizer: Any, messages: list[Message], tools: list[ToolSpec], chat_template: str | None = None
-) -> list[int]:
-    """The chat template applied once to the whole conversation, with the assistant's cue, as ids."""
-    ids = tokenizer.apply_chat_template(
-        [template_message(m) for m in messages],
-        tools=[t.to_openai() for t in tools] or None,
-        chat_template=chat_template,
-        add_generation_prompt=True,
-        tokenize=True,
-        return_dict=False,
-    )
-    if not isinstance(ids, list):  # some tokenizers answer a BatchEncoding whatever return_dict says
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
-
-
-def _arguments(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw  # broken JSON the model wrote stays as it was, so the template shows the same text
 
 
 def _stop_ids(model: Any, tokenizer: Any) -> set[int]:

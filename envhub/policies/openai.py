@@ -1,8 +1,9 @@
 """A policy served over HTTP by any OpenAI-compatible chat server: vLLM, SGLang, or a hosted API.
 
 Servers under rollout load fail in ordinary ways (rate limits, 5xx while a replica restarts, slow
-answers), so transient failures are retried with jittered exponential backoff, and everything else fails
-at once with a message naming the server and what to check. With vLLM the exact sampled token ids,
+answers), so transient failures are retried with jittered exponential backoff by the client every model
+caller shares (`envhub.inference.client`), and everything else fails at once with a message naming the
+server and what to check. With vLLM the exact sampled token ids,
 their logprobs and the prompt's token ids come back too, for training on what was really sampled.
 
 Tools travel in the request (`tool_format="native"`, which vLLM serves only when started with its
@@ -13,24 +14,20 @@ from __future__ import annotations
 
 import copy
 import json
-import random
 import re
 import warnings
-from dataclasses import dataclass
 from typing import Any, get_args
 
 import httpx
 from pydantic import ValidationError
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from envhub.core import Env
+from envhub.inference.client import RequestNotSent, RetryingClient, ServerGaveUp, snippet
 from envhub.messages import Message
-from envhub.policies.base import Generation, Policy, TokenTrace, ToolFormat, token_drift
+from envhub.policies.base import Generation, Policy, ToolFormat
 from envhub.text_format import parse_assistant_text, tool_prompt
 from envhub.tools import ToolSpec
-
-RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
-"""Answers that mean "try again later": rate limiting and an overloaded or restarting server."""
+from envhub.trace import TokenTrace, token_drift
 
 TOKEN_FIELDS = ("return_tokens_as_token_ids", "return_token_ids")
 """vLLM's extensions that return the sampled token ids; other servers reject or ignore them."""
@@ -53,36 +50,6 @@ class ToolCallingUnavailable(PolicyServerError):
 
 class _TokenFieldsRejected(Exception):
     """The server refused vLLM's token fields; the policy retries without them (logprobs=None only)."""
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """One failed attempt: `kind` groups identical failures in the final message."""
-
-    kind: str
-    detail: str
-    hint: str
-    retry_after: float | None = None
-
-
-class _TransientError(Exception):
-    def __init__(self, failure: _Failure) -> None:
-        super().__init__(failure.detail)
-        self.failure = failure
-
-
-def _snippet(body: str, limit: int = 300) -> str:
-    flat = " ".join(body.split())
-    return repr(flat if len(flat) <= limit else flat[:limit] + "…")
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds from a `Retry-After: <seconds>` header; the HTTP-date form is rare and is not honoured."""
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
-        return None
-    return seconds if seconds is not None and seconds >= 0 else None
 
 
 def _token_id(token: str) -> int | None:
@@ -154,34 +121,6 @@ def missing_tool_flags(body: str) -> list[str] | None:
     return sorted(set(named), key=TOOL_FLAGS.index) or None
 
 
-class _Connection:
-    """The HTTP client every episode's copy of a policy shares; created on first use, in the running loop."""
-
-    def __init__(self, headers: dict[str, str], timeout: float, max_connections: int) -> None:
-        self.headers = headers
-        self.timeout = timeout
-        self.max_connections = max_connections
-        self.client: httpx.AsyncClient | None = None
-
-    def get(self) -> httpx.AsyncClient:
-        if self.client is None:
-            self.client = httpx.AsyncClient(
-                headers=self.headers,
-                # no limit on waiting for a free connection: the rollout's concurrency bounds that wait,
-                # and a request must not time out before it was ever sent
-                timeout=httpx.Timeout(self.timeout, pool=None),
-                limits=httpx.Limits(
-                    max_connections=self.max_connections, max_keepalive_connections=self.max_connections
-                ),
-            )
-        return self.client
-
-    async def close(self) -> None:
-        if self.client is not None:
-            await self.client.aclose()
-            self.client = None
-
-
 class OpenAIPolicy(Policy):
     """Chat completions from `base_url` (e.g. `http://localhost:8000/v1`) with `model`.
 
@@ -239,7 +178,14 @@ class OpenAIPolicy(Policy):
         self.tool_format: ToolFormat = tool_format
         self._token_fields = _TokenFields(logprobs)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._connection = _Connection(headers, timeout, max_connections)
+        self._http = RetryingClient(
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            headers=headers,
+            max_connections=max_connections,
+        )
         self._previous_tokens: list[int] | None = None
         self._turn = 0
         self._written: dict[str, str] = {}
@@ -337,7 +283,7 @@ class OpenAIPolicy(Policy):
         except (ValidationError, ValueError, TypeError, AttributeError) as exc:
             raise PolicyServerError(
                 f"the policy server at {self.url} answered a message this client cannot read ({exc}); "
-                f"message: {_snippet(json.dumps(choice['message']))}"
+                f"message: {snippet(json.dumps(choice['message']))}"
             ) from exc
         if self.tool_format != "text" or message.tool_calls:
             return message
@@ -347,86 +293,34 @@ class OpenAIPolicy(Policy):
             self._written[parsed.model_dump_json()] = written
         return parsed
 
-    def _wait(self, state: RetryCallState) -> float:
-        """Honour a server's `Retry-After` (capped at `max_backoff`), else back off exponentially.
-
-        The jitter keeps many episodes that failed together from retrying together.
-        """
-        exc = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(exc, _TransientError) and exc.failure.retry_after is not None:
-            return min(exc.failure.retry_after, self.max_backoff)
-        exponential = self.backoff * 2.0 ** (state.attempt_number - 1)
-        return min(self.max_backoff, exponential + random.uniform(0, self.backoff))
-
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        failures: list[_Failure] = []
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.max_retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception_type(_TransientError),
-            reraise=True,
-        )
         try:
-            async for attempt in retrying:
-                with attempt:
-                    try:
-                        return await self._post_once(body)
-                    except _TransientError as exc:
-                        failures.append(exc.failure)
-                        raise
-        except _TransientError:
-            raise PolicyServerError(self._gave_up(failures)) from None
-        raise AssertionError("unreachable: tenacity either returns, retries or re-raises")
+            response = await self._http.post(self.url, body)
+        except ServerGaveUp as exc:
+            what = f"the policy server at {self.url} {exc.summary()}"
+            raise PolicyServerError(f"{what}; {self._hint(exc)}") from None
+        except RequestNotSent as exc:
+            raise PolicyServerError(str(exc)) from exc
+        return self._answer(body, response)
 
-    def _gave_up(self, failures: list[_Failure]) -> str:
-        last = failures[-1]
-        if all(f.kind == last.kind for f in failures):
-            what = f"{last.detail} on all {len(failures)} attempts" if len(failures) > 1 else last.detail
-        else:
-            kinds = ", ".join(f.kind for f in failures)
-            what = f"failed {len(failures)} attempts ({kinds}); the last {last.detail}"
-        return f"the policy server at {self.url} {what}; {last.hint}"
-
-    async def _post_once(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _hint(self, gave_up: ServerGaveUp) -> str:
+        """What to check after the retries ran out, for the last kind of failure."""
         retries = f"OpenAIPolicy(max_retries=...) allows more attempts (now {self.max_retries})"
-        try:
-            response = await self._connection.get().post(self.url, json=body)
-        except httpx.TimeoutException as exc:
-            raise _TransientError(
-                _Failure(
-                    "timeout",
-                    f"did not answer within {self.timeout} s ({type(exc).__name__})",
-                    "if the model is just slow (long generations, a cold start), raise the timeout "
-                    "(OpenAIPolicy(timeout=...)); otherwise check that the server is not stuck",
-                )
-            ) from exc
-        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-            raise _TransientError(
-                _Failure(
-                    "unreachable",
-                    f"could not be reached ({type(exc).__name__}: {exc or 'connection failed'})",
-                    "is the server running, and is the URL right?",
-                )
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise PolicyServerError(
-                f"could not send a request to {self.url}: {type(exc).__name__}: {exc}"
-            ) from exc
+        kind = gave_up.last.kind
+        if kind == "timeout":
+            return (
+                "if the model is just slow (long generations, a cold start), raise the timeout "
+                "(OpenAIPolicy(timeout=...)); otherwise check that the server is not stuck"
+            )
+        if kind == "unreachable":
+            return "is the server running, and is the URL right?"
+        if kind == "429":
+            return "it is rate-limiting: lower the rollout concurrency, or " + retries
+        return "is it overloaded or crashing? Check its log; " + retries
+
+    def _answer(self, body: dict[str, Any], response: httpx.Response) -> dict[str, Any]:
+        """The completion in an answer that was not retried, or the error its status means."""
         code = response.status_code
-        if code in RETRIED_STATUSES:
-            hint = (
-                "it is rate-limiting: lower the rollout concurrency, or " + retries
-                if code == 429
-                else "is it overloaded or crashing? Check its log; " + retries
-            )
-            raise _TransientError(
-                _Failure(
-                    str(code),
-                    f"answered {code} (body: {_snippet(response.text)})",
-                    hint,
-                    _retry_after(response.headers.get("retry-after")),
-                )
-            )
         if code in (400, 422):
             self._check_refusal(body, response.text)
         if code >= 400:
@@ -442,7 +336,7 @@ class OpenAIPolicy(Policy):
             hint = hints.get(code, f"check the model name {self.model!r} and the request options{fields}")
             raise PolicyServerError(
                 f"the policy server at {self.url} rejected the request with {code} "
-                f"(body: {_snippet(response.text)}); this is not retried: {hint}"
+                f"(body: {snippet(response.text)}); this is not retried: {hint}"
             )
         return self._completion(response)
 
@@ -452,7 +346,7 @@ class OpenAIPolicy(Policy):
         if missing is not None:
             raise ToolCallingUnavailable(
                 f"the policy server at {self.url} refused the tool definitions: it was started without "
-                f"{' and '.join(missing)} (body: {_snippet(answer)}). Restart vLLM with "
+                f"{' and '.join(missing)} (body: {snippet(answer)}). Restart vLLM with "
                 "--enable-auto-tool-choice --tool-call-parser PARSER, the parser that matches the model's "
                 "chat template (hermes for Qwen2.5/Qwen3 and Hermes models, llama3_json for Llama 3.1+, "
                 "mistral for Mistral; docs/serving.md), or write the tools into the prompt instead with "
@@ -461,7 +355,7 @@ class OpenAIPolicy(Policy):
             )
         named = [field for field in TOKEN_FIELDS if field in body and field in answer]
         if named and self._token_fields.requested is None:
-            raise _TokenFieldsRejected(f"{', '.join(named)}; it answered {_snippet(answer)}")
+            raise _TokenFieldsRejected(f"{', '.join(named)}; it answered {snippet(answer)}")
 
     def _completion(self, response: httpx.Response) -> dict[str, Any]:
         """The body as a chat completion, or an error that shows what came back instead."""
@@ -475,17 +369,17 @@ class OpenAIPolicy(Policy):
             raise PolicyServerError(
                 f"the policy server at {self.url} answered {response.status_code} but the body {problem}, "
                 f"so it is not a chat completion (content-type {response.headers.get('content-type')!r}, "
-                f"body starts: {_snippet(response.text)}); is the URL pointing at an OpenAI-compatible "
+                f"body starts: {snippet(response.text)}); is the URL pointing at an OpenAI-compatible "
                 "server and not at a proxy or web page?"
             )
         if not isinstance(choices[0].get("message"), dict):
             raise PolicyServerError(
                 f"the policy server at {self.url} answered a completion without a message "
-                f"(body starts: {_snippet(response.text)}); is it a chat endpoint?"
+                f"(body starts: {snippet(response.text)}); is it a chat endpoint?"
             )
         assert isinstance(data, dict)
         return data
 
     async def close(self) -> None:
         """Close the shared connection pool (every episode's copy uses it)."""
-        await self._connection.close()
+        await self._http.close()

@@ -18,24 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 import threading
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
-
 from envhub.authoring.rewards import reward
 from envhub.core import InfrastructureError
+from envhub.inference.batching import MicroBatcher
+from envhub.inference.chat_template import conversation_text
+from envhub.inference.client import RequestNotSent, RetryingClient, ServerGaveUp, snippet
 from envhub.messages import Message, TextPart, assistant
-from envhub.policies.batching import MicroBatcher
-from envhub.policies.hf import template_message
-from envhub.policies.openai import RETRIED_STATUSES
 from envhub.rewards.conversation import as_messages, encodable, middle_cut, split_answer
-from envhub.text_format import render
 
 Prompt = str | list[Message]
 """What the answer responds to: a user message's text, or the conversation before the answer."""
@@ -190,12 +184,7 @@ class LocalRewardModel(_Scorer):
             return self._render(messages)
 
     def _render(self, messages: list[Message]) -> str:
-        if self.chat_template and getattr(self._tokenizer, "chat_template", None):
-            text: str = self._tokenizer.apply_chat_template(
-                [template_message(m) for m in messages], tokenize=False
-            )
-            return text
-        return "\n\n".join(f"{m.role}: {render([m])}" for m in messages)
+        return conversation_text(self._tokenizer, messages, chat_template=self.chat_template)
 
     def forward(self, conversations: list[list[Message]]) -> list[float]:
         """Score conversations in one forward pass, blocking; the async methods batch into this."""
@@ -241,10 +230,6 @@ class LocalRewardModel(_Scorer):
             self._tokenizer = None
 
 
-class _Transient(Exception):
-    """A failure worth another attempt: the server is unreachable, slow, overloaded or rate-limiting."""
-
-
 class HTTPRewardModel(_Scorer):
     """A reward model behind `POST {base_url}/score`: `{"inputs": [conversation, ...]}` -> `{"scores": [..]}`.
 
@@ -278,13 +263,14 @@ class HTTPRewardModel(_Scorer):
         self.url = f"{self.base_url}/score"
         self.timeout = timeout
         self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
         self.max_batch = max_batch
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # httpx clients belong to the event loop that made them, so each loop gets its own
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = RetryingClient(
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            headers=headers,
         )
 
     async def score_batch(self, items: Sequence[tuple[Prompt, str]]) -> list[float]:
@@ -293,48 +279,20 @@ class HTTPRewardModel(_Scorer):
         results = await asyncio.gather(*(self._post(chunk) for chunk in chunks))
         return [score for chunk in results for score in chunk]
 
-    def _client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = self._clients[loop] = httpx.AsyncClient(headers=self._headers, timeout=self.timeout)
-        return client
-
-    def _wait(self, state: RetryCallState) -> float:
-        exponential = self.backoff * 2.0 ** (state.attempt_number - 1)
-        return min(self.max_backoff, exponential + random.uniform(0, self.backoff))
-
     async def _post(self, inputs: list[list[dict[str, Any]]]) -> list[float]:
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.max_retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception_type(_Transient),
-            reraise=True,
-        )
         try:
-            async for attempt in retrying:
-                with attempt:
-                    return await self._post_once(inputs)
-        except _Transient as exc:
+            response = await self._http.post(self.url, {"inputs": inputs})
+        except ServerGaveUp as exc:
             raise RewardModelError(
-                f"the reward model at {self.url} {exc} after {self.max_retries + 1} attempts; is the server "
-                "running and healthy? HTTPRewardModel(max_retries=...) allows more attempts"
+                f"the reward model at {self.url} {exc.summary()}; is the server running and healthy? "
+                "HTTPRewardModel(max_retries=...) allows more attempts"
             ) from None
-        raise AssertionError("unreachable: tenacity either returns, retries or re-raises")
-
-    async def _post_once(self, inputs: list[list[dict[str, Any]]]) -> list[float]:
-        try:
-            response = await self._client().post(self.url, json={"inputs": inputs})
-        except httpx.TimeoutException as exc:
-            raise _Transient(f"did not answer within {self.timeout} s") from exc
-        except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-            raise _Transient(f"could not be reached ({type(exc).__name__}: {exc})") from exc
-        if response.status_code in RETRIED_STATUSES:
-            raise _Transient(f"answered {response.status_code} ({response.text[:200]!r})")
+        except RequestNotSent as exc:
+            raise RewardModelError(str(exc)) from exc
         if response.status_code != 200:
             raise RewardModelError(
                 f"the reward model at {self.url} rejected the request with {response.status_code} "
-                f"({response.text[:300]!r}); this is not retried"
+                f"(body: {snippet(response.text)}); this is not retried"
             )
         try:
             scores = response.json()["scores"]
@@ -342,7 +300,7 @@ class HTTPRewardModel(_Scorer):
         except (ValueError, KeyError, TypeError) as exc:
             raise RewardModelError(
                 f'the reward model at {self.url} answered a body that is not {{"scores": [numbers]}}: '
-                f"{response.text[:300]!r}"
+                f"{snippet(response.text)}"
             ) from exc
         if len(values) != len(inputs) or not all(math.isfinite(v) for v in values):
             raise RewardModelError(
@@ -352,7 +310,5 @@ class HTTPRewardModel(_Scorer):
         return values
 
     async def close(self) -> None:
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        self._clients.clear()
-        if client is not None:
-            await client.aclose()
+        """Close this event loop's connections."""
+        await self._http.close()

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from envhub.inference.chat_template import template_message
 from envhub.messages import Message
-from envhub.policies.hf import template_message
 from envhub.tools import ToolSpec
 
 QWEN_STYLE_TEMPLATE = r"""

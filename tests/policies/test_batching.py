@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from envhub.policies.batching import MicroBatcher
+from envhub.inference.batching import MicroBatcher
 
 
 class Recorder:

@@ -12,7 +12,7 @@ import pytest
 import envhub
 from envhub.messages import user
 from envhub.policies import TokenTrace, TransformersPolicy, hf
-from envhub.policies.base import token_drift
+from envhub.trace import token_drift
 from envhub.records import Episode
 from envhub.rollout.runner import run_episode
 from envhub.testing.tiny_model import QWEN_STYLE_TEMPLATE

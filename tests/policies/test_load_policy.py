@@ -15,7 +15,7 @@ def test_openai_spec_splits_url_and_model_at_the_hash(monkeypatch: pytest.Monkey
     assert isinstance(policy, OpenAIPolicy)
     assert policy.url == "http://localhost:8000/v1/chat/completions"
     assert policy.model == "Qwen/Qwen2.5-0.5B-Instruct:latest"
-    assert policy._connection.headers == {"Authorization": "Bearer sk-local"}
+    assert policy._http.headers == {"Authorization": "Bearer sk-local"}
 
 
 @pytest.mark.parametrize(

@@ -155,7 +155,7 @@ def test_an_unreachable_server_is_retried_then_an_infrastructure_error() -> None
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     remote = HTTPRewardModel(f"http://127.0.0.1:{port}", max_retries=2, backoff=0.01)
-    with pytest.raises(RewardModelError, match=r"could not be reached .* after 3 attempts") as caught:
+    with pytest.raises(RewardModelError, match=r"could not be reached .* on all 3 attempts") as caught:
         asyncio.run(remote.score("q", "a"))
     assert isinstance(caught.value, envhub.InfrastructureError)
 
