@@ -1,5 +1,6 @@
 """`envhub list` and `envhub info` as a plugin author meets them (issue 16.8): a third-party env shows
-its own description and tags, and `info` says what is rewarded and how much."""
+its own description and tags, and `info` says what is rewarded and how much; ids grouped and filtered
+by source, and `info`'s licence, requirements and last arrival check (issue 17)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from envhub.checks import load_report, save_report
 from envhub.cli import app
+from envhub.cli.catalog import licence, requirements
 from envhub.scaffold import create_plugin
 from tests.conftest import RunPython
 
@@ -60,3 +65,87 @@ def test_info_lists_the_rewards_with_their_weights() -> None:
     assert result.exit_code == 0, result.output
     assert "exact × 1" in result.output
     assert "tool_calls × 0: Recorded for analysis, not rewarded" in result.output
+
+
+def test_list_groups_ids_by_source_with_counts() -> None:
+    rows = json.loads(runner.invoke(app, ["list", "--json"]).output)
+    counts = Counter(row["package"] for row in rows)
+    result = runner.invoke(app, ["list"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for package, n in counts.items():
+        assert f"{package} · {n} id" in result.output
+    assert counts["envhub-games"] == 3
+    titles = [line.strip() for line in result.output.splitlines() if " · " in line]
+    assert titles == sorted(titles), "sources are listed in name order"
+    last = result.output.strip().splitlines()[-1]
+    assert last == f"{len(rows)} environments from {len(counts)} sources, {len(rows)} installed"
+
+
+@pytest.mark.parametrize("name", ["games", "envhub-games", "Envhub_Games"])
+def test_list_source_keeps_one_distribution(name: str) -> None:
+    result = runner.invoke(app, ["list", "--source", name, "--json"])
+    assert result.exit_code == 0, result.output
+    assert [row["id"] for row in json.loads(result.output)] == [
+        "arithmetic-v0",
+        "countdown-v0",
+        "guess-number-v0",
+    ]
+
+
+def test_list_unknown_source_names_the_sources() -> None:
+    result = runner.invoke(app, ["list", "--source", "gamez"])
+    assert result.exit_code == 2
+    assert "error: no source named 'gamez'; the sources are: " in result.output
+    assert "envhub-games (3)" in result.output
+
+
+def test_info_shows_licence_and_the_last_arrival_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ENVHUB_CHECKS_DIR", str(tmp_path))
+    before = runner.invoke(app, ["info", "countdown"], env={"COLUMNS": "200"})
+    assert before.exit_code == 0, before.output
+    assert "Apache-2.0" in before.output
+    assert "not run on this machine: envhub check countdown-v0" in before.output
+
+    assert runner.invoke(app, ["check", "countdown", "--episodes", "1"]).exit_code == 0
+    after = runner.invoke(app, ["info", "countdown"], env={"COLUMNS": "200"}).output
+    assert "passed, oracle 1.00, random 0.00 (" in after and ", version 0.1.0)" in after
+
+    report = load_report("countdown-v0")
+    assert report is not None
+    save_report(report.model_copy(update={"package_version": "0.0.9"}))
+    stale = runner.invoke(app, ["info", "countdown"], env={"COLUMNS": "200"}).output
+    assert "version 0.1.0 is installed now: envhub check countdown-v0" in stale
+
+
+def test_requirements_name_the_installed_versions_and_licences_without_extras() -> None:
+    found = requirements("envhub-core")
+    assert f"pyarrow {metadata.version('pyarrow')} (Apache-2.0)" in found
+    assert not any(line.startswith("torch ") for line in found)  # torch comes with an extra only
+    assert requirements("envhub-games") == []  # it requires the core alone, which every plugin does
+
+
+def fake_distribution(site: Path, name: str, *lines: str) -> None:
+    info = site / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "\n".join(["Metadata-Version: 2.1", f"Name: {name}", "Version: 1.0", *lines])
+    )
+
+
+def test_licence_reads_the_expression_then_the_classifiers_then_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_distribution(tmp_path, "lic-expr", "License-Expression: MIT", "Classifier: License :: Other")
+    fake_distribution(
+        tmp_path, "lic-classifier", "License: see file", "Classifier: License :: OSI Approved :: BSD"
+    )
+    fake_distribution(tmp_path, "lic-text", "License: Copyright 2024 Someone" + " and others" * 10)
+    fake_distribution(tmp_path, "lic-none")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert licence("lic-expr") == "MIT"
+    assert licence("lic-classifier") == "BSD"
+    assert licence("lic-text") == ("Copyright 2024 Someone" + " and others" * 10)[:57] + "..."
+    assert licence("lic-none") == "not declared in the distribution's metadata"
+    assert licence("no-such-distribution") == "unknown (not installed)"
