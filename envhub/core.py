@@ -53,6 +53,47 @@ class EnvSpec(BaseModel):
     provenance: Provenance = Field(default_factory=Provenance)
 
 
+class _Info(BaseModel):
+    """An `info` dict with the keys the runner reads typed; an env may add any others.
+
+    Typed here so the authoring base classes that write them and the runner that reads them agree, and
+    an env that writes one wrongly is told which key and why instead of storing nonsense.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    @classmethod
+    def read(cls, info: dict[str, Any]) -> Self:
+        """The info as this model; raises ValueError naming the key that has the wrong type."""
+        try:
+            return cls.model_validate(info)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"the environment's {cls.__name__} is malformed: {problems}") from None
+
+    def as_info(self) -> dict[str, Any]:
+        """The plain dict `reset`/`step` return: the keys given, typed ones checked, in their order."""
+        return self.model_dump(exclude_unset=True)
+
+
+class ResetInfo(_Info):
+    """The keys of `reset`'s info that the runner stores with the episode."""
+
+    seed: int | None = None
+    """The effective seed (given, or drawn from the env's seed stream), so the episode can be replayed."""
+    isolation: dict[str, Any] | None = None
+    """The sandbox's isolation report as JSON (`IsolationReport.model_dump(mode="json")`)."""
+
+
+class StepInfo(_Info):
+    """The keys of `step`'s info that the runner reads: the final step's reward components and notes."""
+
+    reward_components: dict[str, float] | None = None
+    """Each `@reward` method's unweighted value, by name; written on the step that ends the episode."""
+    reward_notes: dict[str, str] | None = None
+    """Why a component scored what it did, by name (a judge that could not grade the answer)."""
+
+
 class StepResult(NamedTuple):
     """One step's outcome; unpacks like gymnasium's `obs, reward, terminated, truncated, info`.
 

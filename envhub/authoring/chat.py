@@ -22,6 +22,8 @@ from envhub.core import (
     EpisodeStateError,
     MalformedAction,
     Observation,
+    ResetInfo,
+    StepInfo,
     StepResult,
     parse_action,
     recorded_action,
@@ -91,12 +93,8 @@ class ChatEnv(BaseEnv):
             observation.insert(0, system(self.system_prompt))
         self.messages = list(observation)
         self._running = True
-        return observation, {
-            "seed": self.seed,
-            "turn": 0,
-            "tools": [t.name for t in self.tools],
-            **self.reset_info(),
-        }
+        info = {"seed": self.seed, "turn": 0, "tools": [t.name for t in self.tools], **self.reset_info()}
+        return observation, ResetInfo.read(info).as_info()
 
     def reset_info(self) -> dict[str, Any]:
         """Extra facts for the reset `info`, e.g. `{"isolation": sandbox.report()}` to store per episode."""
@@ -133,6 +131,7 @@ class ChatEnv(BaseEnv):
             info["reward_components"] = components
             if notes := getattr(self, "reward_notes", None):  # why a component scored 0 (a judge's refusal)
                 info["reward_notes"] = dict(notes)
+            info = StepInfo.read(info).as_info()
         return StepResult(reaction.observation, reward, terminated, truncated, info)
 
     @property
