@@ -34,6 +34,11 @@ from envhub.store import read_episodes
 
 __all__ = [
     "CHECKS",
+    "ORACLE",
+    "RANDOM",
+    "RESET",
+    "ROUND_TRIP",
+    "SEEDED",
     "CheckReport",
     "CheckResult",
     "Status",
