@@ -122,3 +122,76 @@ def test_the_reader_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
         ("envhub_swe.cli", 5),
     }
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
+
+
+FLOOR = {
+    # The contract floor: what an episode is, said without any machinery.
+    "envhub.author_code",
+    "envhub.core",
+    "envhub.ids",
+    "envhub.messages",
+    "envhub.records",
+    "envhub.text_format",
+    "envhub.tools",
+    "envhub.trace",
+    # Plumbing every model caller shares (HTTP client, micro-batching, chat templates); it stands on
+    # the contract and on nothing above it.
+    "envhub.inference",
+}
+"""The parts at the bottom: each imports only others of the floor (the lazy `to_gymnasium` aside)."""
+
+ABOVE_THE_FLOOR_ALLOWED = {
+    # `Env.to_gymnasium` imports the adapter lazily (the known cycle above).
+    ("envhub.core", "envhub.gym_adapter"),
+    # The rubrics are rewards: they mark their methods with the authoring layer's `@reward`.
+    ("envhub.rewards.judge", "envhub.authoring.rewards"),
+    ("envhub.rewards.reward_model", "envhub.authoring.rewards"),
+    # The LLM judge asks its questions through the OpenAI policy (to stand on envhub.inference next).
+    ("envhub.rewards.judge", "envhub.policies.openai"),
+}
+"""Known crossings of the floor rule, module to module; this list may shrink, never grow."""
+
+ON_THE_FLOOR = {
+    # The parts that may import only the floor (and themselves): policies, graders, sandboxes.
+    "envhub.policies",
+    "envhub.grading",
+    "envhub.rewards",
+    "envhub.sandbox",
+}
+
+
+def crossings(allowed_for: dict[str, set[str]]) -> set[str]:
+    """`file:line imports target` for each import from a part to an envhub part it may not import."""
+    found = set()
+    for name, path in MODULES.items():
+        part = floor(name)
+        if part not in allowed_for:
+            continue
+        for target, line in imports(name, path):
+            if target.split(".")[0] != "envhub" or floor(target) == part:
+                continue
+            if floor(target) not in allowed_for[part] and (name, target) not in ABOVE_THE_FLOOR_ALLOWED:
+                found.add(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}")
+    return found
+
+
+def test_the_floor_imports_nothing_above_it() -> None:
+    """records, messages, tools, core (and the rest of the floor) import only the floor."""
+    offenders = crossings({part: FLOOR for part in FLOOR})
+    assert not offenders, "\n".join(sorted(offenders))
+
+
+def test_policies_graders_and_sandboxes_import_only_the_floor() -> None:
+    """Policies, graders (hidden-test grading, judges, reward models) and sandboxes stand on the floor
+    alone (graders may use sandboxes too), so none of them reaches into another's helpers."""
+    allowed = {part: set(FLOOR) for part in ON_THE_FLOOR}
+    allowed["envhub.grading"] |= {"envhub.sandbox"}
+    allowed["envhub.rewards"] |= {"envhub.sandbox"}
+    offenders = crossings(allowed)
+    assert not offenders, "\n".join(sorted(offenders))
+
+
+def test_every_floor_and_standing_part_exists() -> None:
+    """A renamed part must be renamed here too, or the rules above would silently check nothing."""
+    parts = {floor(name) for name in MODULES}
+    assert parts >= (FLOOR | ON_THE_FLOOR), sorted((FLOOR | ON_THE_FLOOR) - parts)

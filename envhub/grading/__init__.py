@@ -1,13 +1,15 @@
-"""Programmatic verifiers that run outside the agent's reach; reusable by any environment plugin.
+"""Graders that run outside the agent's reach (hidden tests in a fresh sandbox); reusable by any plugin.
 
-    from envhub.verifiers import HiddenTest, grade_python
+    from envhub.grading import HiddenTest, grade_python
     report = await grade_python(code, [HiddenTest.returns("t1", "add(2, 3)", 5)])
     report.passed_fraction, report.all_passed, report.evidence
 
-`docs/rewards.md` explains how the grade is computed and which reward hacks each part stops.
+`docs/rewards.md` explains how the grade is computed and which reward hacks each part stops. The
+package was `envhub.verifiers`, a name the well-known `verifiers` library owns; that name still imports,
+with a DeprecationWarning.
 """
 
-from envhub.verifiers.python_tests import (
+from envhub.grading.python_tests import (
     GRADE_POLICY,
     VERIFIER_HASH,
     GradeEvidence,

@@ -1,7 +1,7 @@
 """Python programming environments: answer with a solution, or work it out in a sandboxed REPL first.
 
 Both are graded the same way: the submitted code against the task's hidden tests, in a fresh sandbox,
-by `envhub.verifiers.grade_python` (see `docs/rewards.md`). The reference solution and the hidden tests
+by `envhub.grading.grade_python` (see `docs/rewards.md`). The reference solution and the hidden tests
 stay on the host; the agent's own sandbox (the REPL's) is closed before grading starts.
 
 The reward is binary, `all_passed`: passing some of the tests is not solving the task, and a fraction
@@ -21,11 +21,11 @@ from typing import Any
 
 import envhub
 from envhub.authoring import Reaction
+from envhub.grading import GRADE_POLICY, GradeReport, HiddenTest, grade_python
 from envhub.messages import Message, ToolCall
 from envhub.sandbox import Backend, IsolationPolicy, Sandbox, SandboxError
 from envhub.sandbox import open as open_sandbox
 from envhub.sandbox.worker import PythonWorker
-from envhub.verifiers import GRADE_POLICY, GradeReport, HiddenTest, grade_python
 from envhub_code.loaders import load_humaneval, load_mbpp
 from envhub_code.tasks import CodeTask, builtin_tasks, split_of
 

@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from envhub.verifiers import HiddenTest
+from envhub.grading import HiddenTest
 from envhub_code.tasks import CodeTask
 
 PUBLIC_FROM_TESTS = 1

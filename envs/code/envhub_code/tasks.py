@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from envhub.verifiers import HiddenTest
+from envhub.grading import HiddenTest
 
 BUILTIN_SEED = 20240501
 VARIANTS = 10

@@ -11,11 +11,11 @@ import pytest
 from envhub_code import CodeRepl, CodeSingle, builtin_tasks, extract_code, load_tasks
 
 import envhub
+from envhub.grading import GradeReport, HiddenTest, grade_python
+from envhub.grading._grader import same
 from envhub.messages import Message, ToolCall
 from envhub.policies import OraclePolicy, ScriptedPolicy
 from envhub.rollout import run_episode
-from envhub.verifiers import GradeReport, HiddenTest, grade_python
-from envhub.verifiers._grader import same
 
 
 def test_entry_points_are_discovered() -> None:

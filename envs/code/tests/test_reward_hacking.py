@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from envhub_code import CodeRepl, CodeSingle, builtin_tasks
 
+from envhub.grading import GradeReport, HiddenTest, grade_python
+from envhub.grading.python_tests import _signed_records
 from envhub.messages import Message, ToolCall
-from envhub.verifiers import GradeReport, HiddenTest, grade_python
-from envhub.verifiers.python_tests import _signed_records
 
 TASK = next(t for t in builtin_tasks() if t.id == "sum-multiples-00")
 

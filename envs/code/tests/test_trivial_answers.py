@@ -15,8 +15,8 @@ from typing import Any
 from envhub_code import CodeSingle, builtin_tasks
 from envhub_code.tasks import CodeTask
 
-from envhub.verifiers._grader import judge
-from envhub.verifiers._probe import normal
+from envhub.grading._grader import judge
+from envhub.grading._probe import normal
 
 CONSTANTS = (
     "0", "1", "-1", "2", "True", "False", "None", "''", "'a'", "' '", "'0'", "'True'", "0.0", "1.0", "-1.0",
