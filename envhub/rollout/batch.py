@@ -92,6 +92,7 @@ async def rollout(
     retry_errors: bool = False,
     shard_size: int = 256,
     backend: str = "local",
+    ray_workers: int | None = None,
     policy_label: str | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_episode: Callable[[Episode], None] | None = None,
@@ -103,7 +104,8 @@ async def rollout(
     backend takes, since it must pickle). `resume` completes the batch in `out`, and `retry_errors`
     also plays again the episodes that ended in error there (cut-offs by a time limit included).
     `policy_label` names the policy in the manifest (a resume must repeat it); `on_start(total,
-    stored)` is called once the options passed their checks and the store is open.
+    stored)` is called once the options passed their checks and the store is open. `ray_workers` is
+    the number of Ray actors (default: one per CPU of the cluster, at most `limits.concurrency`).
     Interrupted (Ctrl-C, cancelled), it keeps every finished episode in `out` and re-raises.
     """
     limits = limits or RolloutLimits()
@@ -139,7 +141,9 @@ async def rollout(
             if on_episode is not None:
                 on_episode(episode)
 
-        result = await _play(resolved, policy, todo, limits, env_kwargs, record, backend, address)
+        result = await _play(
+            resolved, policy, todo, limits, env_kwargs, record, backend, address, ray_workers
+        )
     finally:
         if store is not None:
             store.close()  # also when interrupted: what finished is compacted and the manifest says so
@@ -170,6 +174,7 @@ async def _play(
     record: Callable[[Episode], None],
     backend: str,
     address: str | None,
+    ray_workers: int | None = None,
 ) -> BatchResult:
     if not refs:
         return BatchResult(episodes=[], wall_seconds=0.0)
@@ -184,6 +189,7 @@ async def _play(
             env_kwargs=env_kwargs,
             on_episode=record,
             address=address,
+            workers=ray_workers,
         )
     player = policy if isinstance(policy, Policy) else policy()
     try:

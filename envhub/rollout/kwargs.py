@@ -35,6 +35,8 @@ def check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     options = ", ".join(str(p) for p in parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD)
     for key, value in kwargs.items():
+        if key == "max_turns":  # an option of `make()` itself, which sets it on any env
+            continue
         if key not in parameters or parameters[key].kind is inspect.Parameter.VAR_KEYWORD:
             if takes_any:
                 continue

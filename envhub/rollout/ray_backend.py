@@ -7,6 +7,10 @@ episodes, exactly as in the asyncio runner. The driver hands out episode referen
 `limits.concurrency` in flight, and calls `on_episode` as each episode comes back, so the store,
 resume and the progress bar work unchanged.
 
+An env registered with `envhub.register` in the driver only (a script's, a test's, a training run's)
+is sent to the actors and registered there too, since their processes never ran that call; plugin
+envs are found by the actors' own registry.
+
 A dead actor (its process killed, its node lost) is restarted by Ray, which re-runs the episodes it
 had in flight; the driver sees each episode once. Ray is imported only when this backend runs.
 """
@@ -26,7 +30,7 @@ from typing import Any
 
 from envhub.policies import Policy, load_policy
 from envhub.records import Episode
-from envhub.registration import registry
+from envhub.registration import Registration, registry
 from envhub.rollout.runner import BatchResult, EnvWorker, EpisodeRef, RolloutLimits, as_refs
 
 PolicyFactory = Callable[[], Policy]
@@ -84,7 +88,16 @@ class EpisodeWorker:
         policy: PolicyFactory,
         limits: RolloutLimits,
         seed: int | None,
+        registration: Registration | None = None,
     ) -> None:
+        if registration is not None:  # registered in the driver only: this process never saw it
+            registry.register(
+                env_id,
+                registration.entry_point,
+                max_turns=registration.max_turns,
+                kwargs=registration.kwargs,
+                override=True,
+            )
         self.env_id, self.env_kwargs, self.limits, self.seed = env_id, env_kwargs, limits, seed
         self.policy = policy()
         self.idle: list[EnvWorker] = []
@@ -156,7 +169,8 @@ async def run_batch_ray(
             max_concurrency=-(-slots // count),
             scheduling_strategy="SPREAD",
         )
-        actors = [actor_class.remote(env_id, env_kwargs, factory, limits, seed) for _ in range(count)]
+        sent = driver_registration(env_id)
+        actors = [actor_class.remote(env_id, env_kwargs, factory, limits, seed, sent) for _ in range(count)]
         return await _dispatch(
             actors,
             refs,
@@ -170,6 +184,15 @@ async def run_batch_ray(
         await _close_actors(actors)
         if started_ray:
             ray.shutdown()
+
+
+def driver_registration(env_id: str) -> Registration | None:
+    """The registration to send to the actors: one made by `register()` with a class or function in
+    this process (a plugin's entry point, a "module:attr" string, each actor resolves itself)."""
+    registration = registry.resolve(env_id)
+    if isinstance(registration.entry_point, str) or registration.package is not None:
+        return None
+    return registration
 
 
 async def _dispatch(

@@ -4,6 +4,9 @@ The agent's mistakes are part of the episode (the env answers them); only failur
 (the env or the policy raising, or hanging past the step timeout) end an episode early. Those are
 recorded, never lost, and retried a bounded number of times with a fresh environment; the agent's own
 failures are never retried.
+
+Each turn's `info` also holds `policy_seconds`, the time its policy call took, so a caller (the trainer)
+can split an episode's wall time into model and environment time wherever the episode ran.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ from envhub.records import RETRYABLE, Episode, EpisodeError, ErrorKind, Turn, ep
 from envhub.registration import make
 
 T = TypeVar("T")
+
+POLICY_SECONDS = "policy_seconds"
+"""The key of a turn's `info` where the runner records how long that turn's policy call took."""
 
 
 class EpisodeRef(BaseModel):
@@ -172,8 +178,10 @@ async def run_episode(
     error: EpisodeError | None = None
     while not (terminated or truncated):
         stage = "policy"
+        asked = time.perf_counter()
         try:
             output = await limits.run(player.act(messages, env.tools), "policy call")
+            policy_seconds = time.perf_counter() - asked
             action, tokens = (
                 (output.message, output.tokens) if isinstance(output, Generation) else (output, None)
             )
@@ -200,7 +208,7 @@ async def run_episode(
                 action=recorded,
                 observation=result.observation,
                 reward=result.reward,
-                info=result.info,
+                info={**result.info, POLICY_SECONDS: policy_seconds},
                 tokens=tokens,
             )
         )
