@@ -11,13 +11,13 @@ import os
 import tempfile
 from pathlib import Path
 
-from envhub.sandbox.local import SCRATCH_PREFIX
+from envhub.sandbox.scratch import SCRATCH_PREFIX
 from envhub.sandbox.slots import CGROUP_NAME, CGROUP_ROOT, MAX_SLOTS, UID_BASE
 
 
 def descendants() -> set[int]:
     """This process's descendants. Whatever its sandboxes leave running stays below it: it is the child
-    subreaper of their orphans (see `envhub.sandbox.local._become_subreaper`)."""
+    subreaper of their orphans (see `envhub.sandbox.libc.become_subreaper`)."""
     children: dict[int, list[int]] = {}
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:

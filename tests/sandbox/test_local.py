@@ -14,7 +14,7 @@ import pytest
 import envhub.sandbox as sandbox
 from envhub.sandbox import IsolationPolicy, IsolationReport, SandboxError, seccomp
 from envhub.sandbox.base import sandbox_path
-from envhub.sandbox.local import _remove_tree
+from envhub.sandbox.scratch import remove_tree
 
 
 async def test_exec_argv_shell_stdin_env_and_cwd() -> None:
@@ -306,7 +306,7 @@ def test_scratch_removal_handles_any_depth_unreadable_dirs_and_planted_links(tmp
     for i in range(50):  # wide as well as deep, with names the hoisting may collide with
         (area / f".envhub-rm-{i}").mkdir()
         (area / f".envhub-rm-{i}" / "f").write_text("x")
-    _remove_tree(area, deadline=time.monotonic() + 120)
+    remove_tree(area, deadline=time.monotonic() + 120)
     assert not area.exists()
     assert (outside / "keep.txt").read_text() == "host file"
 

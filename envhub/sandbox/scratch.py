@@ -1,0 +1,139 @@
+"""The local backend's scratch area: filled for a fresh sandbox, swept when a crashed run left one,
+and removed even when the code inside made it hostile (unreadable directories, deep trees)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from envhub.sandbox.base import (
+    SandboxError,
+    SandboxTimeout,
+)
+from envhub.sandbox.libc import mount_tmpfs, umount
+from envhub.sandbox.policy import IsolationPolicy, MiB
+from envhub.sandbox.safe_files import DIR_FLAGS
+
+CLEANUP_TIMEOUT_S = 60.0
+"""The bound on emptying a writable area that is a plain directory (no tmpfs to swap: not root)."""
+
+
+def fill_scratch(scratch: Path, policy: IsolationPolicy, uid: int) -> None:
+    """Make the (empty) scratch directory a sandbox's writable area: a capped tmpfs (as root) and the
+    workdir, /tmp and /dev/shm directories in it, owned by the slot's uid."""
+    if os.geteuid() == 0:
+        mount_tmpfs(
+            str(scratch),
+            f"size={policy.disk_mb * MiB},nr_inodes={policy.max_files},mode=0700,uid={uid},gid={uid}",
+        )
+    for area in ("work", "tmp", "shm"):
+        (scratch / area).mkdir(mode=0o700)
+        os.chown(scratch / area, uid, uid)
+
+
+SCRATCH_PREFIX = "envhub-sandbox-"
+_swept = False
+
+
+def sweep_stale_scratch() -> None:
+    """Remove scratch areas whose owning process is gone (it was SIGKILLed before it could clean up).
+
+    Scratch directories are named after the owner's pid, so a later process can tell the dead from the
+    living; this runs once per process, before its first sandbox.
+    """
+    global _swept
+    if _swept:
+        return
+    _swept = True
+    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        owner = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            with contextlib.suppress(OSError, SandboxError):  # best effort: the next process tries again
+                remove_scratch(path)
+
+
+def remove_scratch(scratch: Path) -> None:
+    """Remove a scratch area: as root its tmpfs goes with the unmount, leaving an empty mount point."""
+    if os.geteuid() == 0:
+        umount(str(scratch))
+    remove_tree(scratch, deadline=time.monotonic() + CLEANUP_TIMEOUT_S)
+
+
+def remove_tree(path: Path, *, deadline: float) -> None:
+    """Delete a directory tree of any depth, never following a symlink, by `deadline` (monotonic).
+
+    `shutil.rmtree` recurses (RecursionError past ~1000 levels) and holds a descriptor per level; a
+    sandbox can nest directories far deeper. Here a non-empty subdirectory is emptied by moving its
+    entries up one level, so the walk holds two descriptors, builds no path and needs no recursion.
+    Directories the sandbox made unreadable (mode 000, same uid when not root) are made readable.
+    """
+    try:
+        top = _open_dir_forcibly(str(path), None)
+    except FileNotFoundError:
+        return
+    try:
+        serial = itertools.count()
+        while names := os.listdir(top):
+            for name in names:
+                if time.monotonic() > deadline:
+                    raise SandboxTimeout(f"removing {path} took longer than {CLEANUP_TIMEOUT_S:g} s")
+                _remove_entry(top, name, serial)
+    finally:
+        os.close(top)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(path)
+
+
+def _remove_entry(fd: int, name: str, serial: Iterator[int]) -> None:
+    """Remove one entry of the directory at fd; a non-empty directory is emptied into fd instead."""
+    try:
+        os.unlink(name, dir_fd=fd)
+        return
+    except FileNotFoundError:
+        return
+    except IsADirectoryError:
+        pass
+    try:
+        os.rmdir(name, dir_fd=fd)
+        return
+    except OSError as exc:
+        if exc.errno != errno.ENOTEMPTY:
+            raise
+    child = _open_dir_forcibly(name, fd)
+    try:
+        for entry in os.listdir(child):
+            while True:  # a fresh name in fd; a taken one is retried (or replaced: it is going anyway)
+                try:
+                    os.rename(entry, f".envhub-rm-{next(serial)}", src_dir_fd=child, dst_dir_fd=fd)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                        raise
+    finally:
+        os.close(child)
+    os.rmdir(name, dir_fd=fd)
+
+
+def _open_dir_forcibly(name: str, dir_fd: int | None) -> int:
+    """Open a directory (never through a symlink), first giving ourselves rwx on it if we lack it.
+
+    Only needed when not root: the sandbox then runs as our own uid and can chmod its directories.
+    """
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    except PermissionError:
+        pinned = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            os.chmod(f"/proc/self/fd/{pinned}", 0o700)  # the pinned inode, not whatever is at name now
+        finally:
+            os.close(pinned)
+        fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    if os.geteuid() != 0 and os.fstat(fd).st_mode & 0o700 != 0o700:
+        os.fchmod(fd, 0o700)  # to unlink and rename entries in it
+    return fd
