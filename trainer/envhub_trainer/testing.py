@@ -1,7 +1,8 @@
 """What the trainer's tests share: a trivially learnable env, a run that learns it, logprobs by hand.
 
 A module rather than conftest fixtures, because processes the tests start (data-parallel ranks, Ray
-actors) import it too, and importing it registers the env there.
+actors) import it too. Importing it registers nothing (a shipped module must not change the registry of
+whoever imports it): the tests' fixtures, and any process that plays the env, call `register_digits`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ class Digits(envhub.SingleTurnEnv):
         return sum(c.isdigit() for c in answer) / max(len(answer), 1)
 
 
-envhub.register(DIGITS_ENV, Digits, override=True)
+def register_digits() -> str:
+    """Register the digits env under DIGITS_ENV (again, harmlessly, if it already is) and return the id."""
+    envhub.register(DIGITS_ENV, Digits, override=True)
+    return DIGITS_ENV
 
 
 def digits_config(model: Path, run_dir: Path, **overrides: object) -> TrainConfig:

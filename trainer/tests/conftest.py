@@ -5,8 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from envhub_trainer.testing import register_digits
 
 from envhub.testing.tiny_model import tiny_chat_model
+
+
+@pytest.fixture(autouse=True, scope="session")
+def digits_env() -> str:
+    """The trainer tests' env, registered here rather than on import of a shipped module."""
+    return register_digits()
 
 
 @pytest.fixture(scope="session")

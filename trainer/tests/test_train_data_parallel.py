@@ -1,6 +1,6 @@
 """`data_parallel: 2` end to end over two CPU processes (gloo, FSDP2): the same run as one process.
 
-Rank 0 is the test's own process (it rolls out, so the environment registered below is there); the
+Rank 0 is the process `_collect_runs` runs in (it rolls out, so it registers the digits env); the
 spawned rank only trains, so it needs no environment.
 """
 
@@ -22,7 +22,7 @@ from envhub_trainer import distributed, launch
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.grpo import train
 from envhub_trainer.loss import LossStats
-from envhub_trainer.testing import digits_config
+from envhub_trainer.testing import digits_config, register_digits
 from safetensors.torch import load_file
 from torch.multiprocessing.spawn import ProcessRaisedException
 
@@ -107,6 +107,7 @@ RUNS_TIMEOUT = 900
 def _collect_runs(model: Path, root: Path) -> None:
     """Two steps on one process and on two; both resumed to four steps on two; four straight on one;
     three async steps with KL on one and on two. Saved to root/runs.pt for the tests to compare."""
+    register_digits()  # a fresh spawned process: the session fixture registered it only in the test's own
     out: dict[str, Any] = {"root": root}
     out["one"] = train(config(model, root / "one"))
     out["two"] = train(config(model, root / "two", data_parallel=2))
