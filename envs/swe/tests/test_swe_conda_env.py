@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 import swe_fixture
 from envhub_swe.conda_env import DROPPED, RENAMED, Entry, pip_version, translate
-from envhub_swe.data import Instance
+from envhub_swe.data import Instance, load_lite
 from envhub_swe.prepare import MANIFEST, Unsupported, downloads, prepare, prepared
 from envhub_swe.pythons import probe
 from envhub_swe.runtime import _sandbox_python, grade
-from envhub_swe.specs import NoSpec, SetupPlan, Step, adapt_script, setup_plan, specs_for
+from envhub_swe.specs import NoSpec, SetupPlan, Step, adapt_script, harness, setup_plan, specs_for
 from packaging.requirements import Requirement
+from test_swe_data import LITE, needs_lite
 
 DATA = Path(__file__).parent / "data" / "conda"
 XARRAY_YML = DATA / "xarray-1c198a19-ci-requirements-environment.yml"
@@ -259,3 +260,39 @@ def test_a_matplotlib_row_is_refused_where_qhull_cannot_be_downloaded() -> None:
         pytest.skip("www.qhull.org resolves here: matplotlib's download would be tried")
     with pytest.raises(Unsupported, match=r"downloads http://www\.qhull\.org/.*docker runtime"):
         prepare(_row("matplotlib/matplotlib", "3.5", commit), clone, where / "ws", python="3.11")
+
+
+class _RawFiles:
+    """Stands in for the harness's downloads from raw.githubusercontent.com: the real environment
+    files of this folder for `.yml` paths, a one-line requirements file otherwise."""
+
+    def get(self, url: str, headers: object = None, **_: object) -> object:
+        text = (
+            (XARRAY_YML if "xarray" in url else MATPLOTLIB_YML).read_text()
+            if url.endswith(".yml")
+            else "six\n"
+        )
+        return type("Response", (), {"status_code": 200, "text": text})()
+
+
+@needs_lite
+def test_every_lite_repo_version_is_planned_without_running_conda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 13: `prepare` supports every repo/version of Lite from the official specs."""
+    module = harness()
+    monkeypatch.setattr(module, "requests", _RawFiles())
+    planned: dict[tuple[str, str], list[Step]] = {}
+    for row in load_lite("test", LITE) + load_lite("dev", LITE):
+        if (row.repo, row.version) in planned:
+            continue
+        spec = specs_for(row)
+        env = module.make_env_script_list_py(row.model_dump(), spec, "testbed")
+        repo = module.make_repo_script_list_py(spec, row.repo, "/ws/repo", row.base_commit, "testbed")
+        planned[(row.repo, row.version)] = adapt_script(list(env), list(repo), spec, "/ws/repo")
+    assert len(planned) == 81
+    for steps in planned.values():
+        run = [s.command for s in steps if s.run]
+        assert not [c for c in run if c.split()[:1] == ["conda"] or "/testbed" in c]
+    yml_specs = [
+        k for k, steps in planned.items() if any("environment-requirements" in s.command for s in steps)
+    ]
+    assert {repo for repo, _ in yml_specs} == {"pydata/xarray", "matplotlib/matplotlib"}
