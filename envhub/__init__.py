@@ -31,9 +31,12 @@ from envhub.tools import ToolSpec, tool
 
 if importlib.util.find_spec("gymnasium") is not None:
     # gymnasium 1.x has no plugin hook: `gymnasium.make("envhub/<id>")` works once envhub is imported
-    from envhub.gym_adapter import register_gymnasium_envs
+    try:
+        import envhub.gym_adapter  # noqa: F401  (registers every id with gymnasium on import)
+    except Exception as exc:  # a broken gymnasium install must not stop envhub itself
+        import warnings
 
-    register_gymnasium_envs()
+        warnings.warn(f"envhub ids are not registered with gymnasium: {exc}", stacklevel=1)
 
 try:
     __version__ = version("envhub-core")  # the distribution; `envhub` on PyPI is another project

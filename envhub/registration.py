@@ -22,7 +22,7 @@ from importlib import metadata
 from typing import Any
 
 from envhub.core import Env, EnvSpec, Provenance
-from envhub.ids import EnvId, parse_env_id
+from envhub.ids import EnvId, InvalidEnvId, parse_env_id
 from envhub.index import RegistryIndex, default_index
 
 ENTRY_POINT_GROUP = "envhub.envs"
@@ -79,6 +79,8 @@ class Registry:
         self._conflicts: dict[str, list[Registration]] = {}
         self._discover = discover_plugins
         self._discovered = False
+        self.malformed: dict[str, str] = {}
+        """Entry points skipped because their name is not an env id, with the reason (for `envhub list`)."""
 
     def register(
         self,
@@ -111,8 +113,13 @@ class Registry:
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
             dist = ep.dist
             package = dist.name if dist else "unknown distribution"
+            try:
+                env_id = parse_env_id(ep.name)
+            except InvalidEnvId as exc:  # one plugin's bad name must not hide every other env
+                self.malformed[ep.name] = f"plugin {package} declares {ep.name!r}: {exc}"
+                continue
             registration = Registration(
-                parse_env_id(ep.name),
+                env_id,
                 ep.value,
                 origin=f"plugin {package}",
                 package=package,

@@ -15,6 +15,7 @@ from typing import Any, cast
 import pytest
 
 import envhub
+from envhub.gym_adapter import gymnasium_id
 
 DEADLINE = 300.0  # seconds; generous for a loaded 2-core machine, only ever reached by a hang
 
@@ -83,19 +84,19 @@ env = gymnasium.make("envhub/arithmetic-v0", steps=1, render_mode="ansi")
 observation, info = env.reset(seed=0)
 assert "What is the result?" in observation and env.render().startswith("[system]")
 env.close()
-print(json.dumps(sorted(i for i in gymnasium.registry if i.startswith("envhub/"))))
+print(json.dumps(sorted(gymnasium.registry)))
 """
 
 
 def test_gymnasium_make_finds_every_envhub_id_through_the_adapter_module() -> None:
     listed = json.loads(run_python(REGISTRY.format(first="gymnasium", second="envhub.gym_adapter")))
-    assert listed == sorted(f"envhub/{i}" for i in envhub.registry.registrations())
+    assert {gymnasium_id(i) for i in envhub.registry.registrations()} <= set(listed)
 
 
 @pytest.mark.parametrize("order", [("envhub", "gymnasium"), ("gymnasium", "envhub")])
 def test_gymnasium_make_finds_every_envhub_id_once_envhub_is_imported(order: tuple[str, str]) -> None:
     listed = json.loads(run_python(REGISTRY.format(first=order[0], second=order[1])))
-    assert listed == sorted(f"envhub/{i}" for i in envhub.registry.registrations())
+    assert {gymnasium_id(i) for i in envhub.registry.registrations()} <= set(listed)
 
 
 def test_make_vec_builds_async_envs_from_the_gymnasium_id() -> None:

@@ -5,6 +5,10 @@ The distributions are real dist-info folders read by `importlib.metadata`, as pi
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import textwrap
 from importlib import metadata
 from pathlib import Path
@@ -88,3 +92,19 @@ def test_namespace_entry_points_are_found_by_name(toys: Registry) -> None:
     assert [ep.value for ep in metadata.entry_points(group=NAMESPACE_GROUP, name="toys")] == [
         "nsplug_toys:factory_for"
     ]
+
+
+def test_a_plugin_declaring_a_malformed_id_hides_nothing_else(tmp_path: Path) -> None:
+    """One plugin's bad entry-point name (a '/' too many) is reported; `import envhub` and other ids work."""
+    info = tmp_path / "badname-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: badname\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[envhub.envs]\nbad/taboo-city/country-v0 = badname:Env\n")
+    code = (
+        "import json, envhub; r = envhub.registry; ids = r.registrations(); "
+        "print(json.dumps(['arithmetic-v0' in ids, sorted(r.malformed)]))"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [True, ["bad/taboo-city/country-v0"]]
