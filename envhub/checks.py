@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envhub.core import Env, Observation
+from envhub.core import Env, EnvSpec, Observation
 from envhub.policies import OraclePolicy, Policy, RandomPolicy
 from envhub.records import Episode
 from envhub.registration import registry
@@ -167,6 +167,12 @@ async def acheck(
     check_env_kwargs(spec.id, kwargs)  # a mistyped option is the caller's mistake, not a failed check
     limits = RolloutLimits(episode_timeout=time_limit, step_timeout=time_limit, retries=0)
     reset, seeded, has_oracle = await _reset_checks(spec.id, kwargs, seeds, time_limit)
+    if reset.status == "fail" and seeded.status == "skip":  # it could not be made or reset at all
+        skipped = [
+            CheckResult(name=name, status="skip", detail="the env could not be made or reset (see above)")
+            for name in (ORACLE, RANDOM, ROUND_TRIP)
+        ]
+        return _report(spec, kwargs, seeds, episodes, [reset, seeded, *skipped])
     oracle = (
         await _oracle_check(spec.id, kwargs, episodes, oracle_reward, limits)
         if has_oracle
@@ -179,6 +185,12 @@ async def acheck(
     random = await _random_check(spec.id, kwargs, episodes, limits, oracle_reward if has_oracle else None)
     player: Callable[[], Policy] = OraclePolicy if has_oracle else lambda: RandomPolicy(seed=0)
     round_trip = await _round_trip_check(spec.id, kwargs, player, limits)
+    return _report(spec, kwargs, seeds, episodes, [reset, seeded, oracle, random, round_trip])
+
+
+def _report(
+    spec: EnvSpec, kwargs: dict[str, Any], seeds: int, episodes: int, results: list[CheckResult]
+) -> CheckReport:
     return CheckReport(
         env_id=spec.id,
         package=spec.provenance.package,
@@ -187,7 +199,7 @@ async def acheck(
         seeds=seeds,
         episodes=episodes,
         checked_at=datetime.now(UTC),
-        results=[reset, seeded, oracle, random, round_trip],
+        results=results,
     )
 
 
@@ -226,7 +238,7 @@ async def _reset_checks(
         backwards, _ = await _first_observations(env_id, kwargs, order[::-1], time_limit)
     except _ResetFailed as exc:
         reset = CheckResult(name=RESET, status="fail", detail=str(exc))
-        return reset, CheckResult(name=SEEDED, status="skip", detail="reset failed"), False
+        return reset, CheckResult(name=SEEDED, status="skip", detail="no first observation to compare"), False
     differing = [s for s in order if forwards[s] != backwards[s]]
     if differing:
         seed = differing[0]
@@ -396,8 +408,8 @@ async def _round_trip_check(
     if difference is not None:
         detail = f"the stored episode differs from the one played at {difference}"
         return CheckResult(name=ROUND_TRIP, status="fail", detail=detail)
-    turns = len(played[0].turns)
-    return CheckResult(name=ROUND_TRIP, status="pass", figure=f"1 episode of {turns} turn(s), equal")
+    ended = f"ended in {played[0].error.kind}" if played[0].error else f"{len(played[0].turns)} turn(s)"
+    return CheckResult(name=ROUND_TRIP, status="pass", figure=f"1 episode ({ended}), equal")
 
 
 def _record_difference(played: Any, stored: Any, path: str = "episode") -> str | None:

@@ -163,3 +163,19 @@ def test_an_unknown_id_fails_before_any_env_is_checked(checks_dir: Path) -> None
     assert "no environment 'arithmatic' is registered" in result.output
     assert "countdown-v0" not in result.output.split("error:")[0]
     assert not checks_dir.exists()
+
+
+class FailsToStart(Echo):
+    """Its constructor raises, as an env whose data is missing does."""
+
+    def __init__(self) -> None:
+        raise FileNotFoundError("the task data is not here: pass path=FOLDER")
+
+
+def test_an_env_that_cannot_be_made_fails_once_and_skips_the_rest() -> None:
+    report = check(registered("check-fails-to-start-v0", FailsToStart), episodes=1)
+    assert [r.name for r in report.failures] == [RESET]
+    assert report.result(RESET).detail == (
+        "making the env raised FileNotFoundError: the task data is not here: pass path=FOLDER"
+    )
+    assert [r.status for r in report.results[1:]] == ["skip"] * 4
