@@ -33,7 +33,7 @@ from envhub_swe.specs import NoSpec, Step
 REQUIREMENTS = "$HOME/environment-requirements.txt"
 DELIMITER = "EOF_ENVHUB_CONDA_ENV"
 
-_TOOL = "a build tool, not a Python package: the host's own builds what has no wheel"
+_TOOL = "a build tool, not a Python package: the host's compilers build what has no wheel"
 _CLIB = "a C library conda installs beside Python; the PyPI wheels that need it bundle it"
 DROPPED: dict[str, str] = {
     "python": "the interpreter is the spec's Python (chosen by pythons.py), not a package",
@@ -48,8 +48,8 @@ DROPPED: dict[str, str] = {
     "graphviz": "the Graphviz programs (docs builds); PyPI's `graphviz` is another package",
     "pygobject": "builds from source against the GObject C libraries (no wheel on PyPI)",
     "wxpython": "PyPI has no Linux wheel; its source build needs GTK (a GUI backend's)",
-    "cdms2": "released on conda-forge only (PyPI's last release is a 2019 source archive that needs "
-    "the libcdms C library): the tests that import it are skipped",
+    "cdms2": "not on PyPI (conda-forge only): xarray's tests that need it are skipped, as wherever "
+    "it is missing",
 }
 """Conda packages pip cannot or must not install here, and why."""
 
@@ -59,7 +59,7 @@ RENAMED: dict[str, str] = {
     "pyqt": "pyqt5",
 }
 """Conda names whose PyPI name differs: matplotlib-base is matplotlib without its Qt/Tk extras
-(PyPI's has none), iris is published as scitools-iris, and conda-forge's pyqt was PyQt 5 until 2024."""
+(PyPI's has none), iris is published as scitools-iris, and conda-forge's `pyqt` is PyQt 5."""
 
 _ENTRY = re.compile(
     r"^(?:[\w.-]+::)?(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)(?P<extras>\[[^\]]*\])?\s*(?P<version>.*)$"
