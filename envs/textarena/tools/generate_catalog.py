@@ -53,7 +53,15 @@ print(json.dumps(found))
 """
 
 # Games the probe accepts that still cannot run here, found by benchmarks/sweep.py: id -> reason.
-KNOWN_UNAVAILABLE: dict[str, str] = {}
+BAD_MOVE = "textarena 0.7.4 crashes on an invalid move (its reason is passed as the reward: ValueError)"
+FIRST_MOVE = "textarena 0.7.4 crashes on the first move (State.add_observation without observation_type)"
+KNOWN_UNAVAILABLE: dict[str, str] = {
+    "Countdown-v0": BAD_MOVE,
+    "Cryptarithm-v0": BAD_MOVE,
+    "CharacterConclave-v0": FIRST_MOVE,
+    "CharacterConclave-v0-long": FIRST_MOVE,
+    "CharacterConclave-v0-extreme": FIRST_MOVE,
+}
 
 
 def envhub_name(textarena_id: str) -> str:
