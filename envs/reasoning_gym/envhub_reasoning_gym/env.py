@@ -19,6 +19,7 @@ import functools
 import inspect
 import json
 import random
+import threading
 import typing
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -27,6 +28,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 from reasoning_gym.dataset import ProceduralDataset  # type: ignore[import-untyped]
 from reasoning_gym.factory import DATASETS  # type: ignore[import-untyped]
+from reasoning_gym.induction.list_functions import generators  # type: ignore[import-untyped]
 from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer  # type: ignore[import-untyped]
 
 import envhub
@@ -49,6 +51,22 @@ EXAMPLE_ANSWER_KEYS = {
 dataset keeps one correct example, which the oracle plays instead."""
 
 COMPOSITE_EXAMPLE = 'datasets=[{"name": "chain_sum", "weight": 1, "config": {}}]'
+
+
+UNSEEDED_HELPERS = random.Random()
+"""reasoning-gym 0.1.25's list_functions draws some numbers (`generators.create_random_odd_numbers`) from
+the global `random` module, not the item's own Random, so 31 of its first 500 items differ on every
+generation. Its module's `random` name is bound to this Random instead, reseeded from (dataset, seed,
+index) before each item is generated: the same distribution, but the same item every time."""
+generators.random = UNSEEDED_HELPERS
+_GENERATING = threading.Lock()
+
+
+def generate(dataset: ProceduralDataset, name: str, index: int) -> dict[str, Any]:
+    """Item `index` of `dataset`, the same on every call (see `UNSEEDED_HELPERS`)."""
+    with _GENERATING:
+        UNSEEDED_HELPERS.seed(f"{name}:{dataset.seed}:{index}")
+        return dict(dataset[index])
 
 
 def env_id(name: str) -> str:
@@ -195,7 +213,7 @@ class ReasoningGymEnv(envhub.SingleTurnEnv):
     def setup(self, rng: random.Random) -> str:
         assert self.seed is not None  # reset() sets it before setup()
         self.index = self.seed % self.size
-        self.entry = self.dataset[self.index]
+        self.entry = generate(self.dataset, self.dataset_name, self.index)
         self.reward_notes = {}
         return str(self.entry["question"])
 
