@@ -12,11 +12,13 @@ the last one per id on this machine (`save_report`), where `envhub info` finds i
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import statistics
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +27,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envhub.core import Env, EnvSpec, Observation
-from envhub.policies import OraclePolicy, Policy, RandomPolicy
+from envhub.policies import OraclePolicy, OraclePolicyError, Policy, RandomPolicy
 from envhub.records import Episode
 from envhub.registration import registry
 from envhub.rollout import RolloutLimits, rollout
@@ -126,7 +128,7 @@ def check(
     *,
     seeds: int = 3,
     episodes: int = 3,
-    oracle_reward: float = 1.0,
+    oracle_reward: float | None = None,
     env_kwargs: dict[str, Any] | None = None,
     time_limit: float = 600.0,
 ) -> CheckReport:
@@ -148,13 +150,15 @@ async def acheck(
     *,
     seeds: int = 3,
     episodes: int = 3,
-    oracle_reward: float = 1.0,
+    oracle_reward: float | None = None,
     env_kwargs: dict[str, Any] | None = None,
     time_limit: float = 600.0,
 ) -> CheckReport:
     """The arrival check of `env_id`: `seeds` resets for determinism, `episodes` episodes (seeds 0, 1,
     ...) for the oracle and the random baseline, and one for the store. The oracle must score at least
-    `oracle_reward` on each; `time_limit` bounds each reset and each episode, in seconds.
+    `oracle_reward` on each: by default what the env's class declares as `reference_reward` (1.0 when
+    it declares nothing; None when its reference has no fixed reward, as in a slippery FrozenLake, so
+    the mean is only recorded). `time_limit` bounds each reset and each episode, in seconds.
 
     An unknown id raises `UnknownEnvError`, as `make` does, and an option the env does not take raises
     `TypeError`, as `rollout` does; anything the environment itself gets wrong
@@ -166,24 +170,26 @@ async def acheck(
     kwargs = dict(env_kwargs or {})
     check_env_kwargs(spec.id, kwargs)  # a mistyped option is the caller's mistake, not a failed check
     limits = RolloutLimits(episode_timeout=time_limit, step_timeout=time_limit, retries=0)
-    reset, seeded, has_oracle = await _reset_checks(spec.id, kwargs, seeds, time_limit)
+    reset, seeded, declared = await _reset_checks(spec.id, kwargs, seeds, time_limit)
     if reset.status == "fail" and seeded.status == "skip":  # it could not be made or reset at all
         skipped = [
             CheckResult(name=name, status="skip", detail="the env could not be made or reset (see above)")
             for name in (ORACLE, RANDOM, ROUND_TRIP)
         ]
         return _report(spec, kwargs, seeds, episodes, [reset, seeded, *skipped])
+    threshold = oracle_reward if oracle_reward is not None else declared.reference_reward
     oracle = (
-        await _oracle_check(spec.id, kwargs, episodes, oracle_reward, limits)
-        if has_oracle
+        await _oracle_check(spec.id, kwargs, episodes, threshold, limits)
+        if declared.has_reference
         else CheckResult(
             name=ORACLE,
             status="skip",
             detail="the env has no reference solution (it does not implement reference_action)",
         )
     )
-    random = await _random_check(spec.id, kwargs, episodes, limits, oracle_reward if has_oracle else None)
-    player: Callable[[], Policy] = OraclePolicy if has_oracle else lambda: RandomPolicy(seed=0)
+    played = oracle.status != "skip"
+    random = await _random_check(spec.id, kwargs, episodes, limits, threshold if played else None)
+    player: Callable[[], Policy] = OraclePolicy if played else lambda: RandomPolicy(seed=0)
     round_trip = await _round_trip_check(spec.id, kwargs, player, limits)
     return _report(spec, kwargs, seeds, episodes, [reset, seeded, oracle, random, round_trip])
 
@@ -204,15 +210,15 @@ def _report(
 
 
 def _fingerprint(observation: Observation) -> str:
-    """What two resets of one seed must agree on: every message's role, text and tool calls, and how
-    many images it carries. Image bytes are left out: a rendered page may differ by a blinking caret."""
+    """What two resets of one seed must agree on: every message's role, text, tool calls and images
+    (by their bytes' hash; Playwright's screenshots hide the caret, so a page renders the same)."""
     return json.dumps(
         [
             {
                 "role": m.role,
                 "text": m.text,
                 "tool_calls": [c.model_dump() for c in m.tool_calls],
-                "images": len(m.images),
+                "images": [hashlib.sha256(image.data).hexdigest()[:16] for image in m.images],
             }
             for m in observation
         ],
@@ -227,18 +233,37 @@ def _first_difference(a: str, b: str) -> str:
     return f"{a[start : at + 40]!r} vs {b[start : at + 40]!r}"
 
 
+@dataclass(frozen=True)
+class _Declared:
+    """What an env's class says about its reference solution."""
+
+    has_reference: bool
+    """It implements `reference_action` (which may still return None for an id that has none)."""
+    reference_reward: float | None = 1.0
+    """The reward the reference earns on every episode; None: no fixed reward (a stochastic env)."""
+
+    @classmethod
+    def of(cls, env: Env) -> _Declared:
+        declared = getattr(type(env), "reference_reward", 1.0)
+        return cls(
+            has_reference=type(env).reference_action is not Env.reference_action,
+            reference_reward=None if declared is None else float(declared),
+        )
+
+
 async def _reset_checks(
     env_id: str, kwargs: dict[str, Any], seeds: int, time_limit: float
-) -> tuple[CheckResult, CheckResult, bool]:
+) -> tuple[CheckResult, CheckResult, _Declared]:
     """Reset two environments through seeds 0..n-1, one forwards and one backwards, and compare; and
-    say whether the env has a reference solution (implements `reference_action`) to play."""
+    read what the env declares about its reference solution."""
     order = list(range(seeds))
     try:
-        forwards, has_reference = await _first_observations(env_id, kwargs, order, time_limit)
+        forwards, declared = await _first_observations(env_id, kwargs, order, time_limit)
         backwards, _ = await _first_observations(env_id, kwargs, order[::-1], time_limit)
     except _ResetFailed as exc:
         reset = CheckResult(name=RESET, status="fail", detail=str(exc))
-        return reset, CheckResult(name=SEEDED, status="skip", detail="no first observation to compare"), False
+        seeded = CheckResult(name=SEEDED, status="skip", detail="no first observation to compare")
+        return reset, seeded, _Declared(has_reference=False)
     differing = [s for s in order if forwards[s] != backwards[s]]
     if differing:
         seed = differing[0]
@@ -271,7 +296,7 @@ async def _reset_checks(
                 "only changes what happens later (FrozenLake's ice); otherwise the env ignores the seed"
             ),
         )
-    return reset, seeded, has_reference
+    return reset, seeded, declared
 
 
 class _ResetFailed(Exception):
@@ -280,9 +305,9 @@ class _ResetFailed(Exception):
 
 async def _first_observations(
     env_id: str, kwargs: dict[str, Any], order: Sequence[int], time_limit: float
-) -> tuple[dict[int, str], bool]:
-    """The first observation's fingerprint per seed, from one environment reset in `order`, and
-    whether its class implements `reference_action` (one that returns None on a turn fails the oracle)."""
+) -> tuple[dict[int, str], _Declared]:
+    """The first observation's fingerprint per seed, from one environment reset in `order`, and what
+    its class declares about its reference solution."""
     try:
         env = registry.make(env_id, **kwargs)
     except Exception as exc:
@@ -300,7 +325,7 @@ async def _first_observations(
             seen[seed] = _fingerprint(observation)
     finally:
         await env.close()
-    return seen, type(env).reference_action is not Env.reference_action
+    return seen, _Declared.of(env)
 
 
 def _errors(played: Sequence[Episode]) -> str | None:
@@ -331,14 +356,21 @@ async def _play(
 
 
 async def _oracle_check(
-    env_id: str, kwargs: dict[str, Any], episodes: int, oracle_reward: float, limits: RolloutLimits
+    env_id: str, kwargs: dict[str, Any], episodes: int, threshold: float | None, limits: RolloutLimits
 ) -> CheckResult:
-    """The reference solution must reach `oracle_reward` on every seed: an honest control."""
+    """The reference solution must reach `threshold` on every seed: an honest control. A class that
+    serves many ids may have a reference for some only: one that never makes a first move is skipped."""
     played = await _play(env_id, kwargs, OraclePolicy(), episodes, limits)
+    if all(_no_first_move(e) for e in played):
+        detail = "the env has no reference solution for this id (reference_action returned None at once)"
+        return CheckResult(name=ORACLE, status="skip", detail=detail)
     figure, mean = _rewards_figure(played)
     if (error := _errors(played)) is not None:
         return CheckResult(name=ORACLE, status="fail", figure=figure, value=mean, detail=error)
-    low = [e for e in played if e.reward < oracle_reward - _TOLERANCE]
+    if threshold is None:
+        detail = "the env declares no fixed reward for its reference (reference_reward = None)"
+        return CheckResult(name=ORACLE, status="pass", figure=figure, value=mean, detail=detail)
+    low = [e for e in played if e.reward < threshold - _TOLERANCE]
     if low:
         worst = low[0]
         return CheckResult(
@@ -348,11 +380,22 @@ async def _oracle_check(
             value=mean,
             detail=(
                 f"the reference solution scored {worst.reward:g} on seed {worst.seed}, below "
-                f"{oracle_reward:g} (components: {worst.reward_components}); fix the reward or the "
-                "reference_action"
+                f"{threshold:g} (components: {worst.reward_components}); fix the reward or the "
+                "reference_action, or declare the reward it earns as reference_reward"
             ),
         )
     return CheckResult(name=ORACLE, status="pass", figure=figure, value=mean)
+
+
+def _no_first_move(episode: Episode) -> bool:
+    """The oracle had nothing to play on the first turn: `reference_action` returned None."""
+    error = episode.error
+    return (
+        error is not None
+        and not episode.turns
+        and error.kind == "policy_error"
+        and error.message.startswith(f"{OraclePolicyError.__name__}:")
+    )
 
 
 async def _random_check(
@@ -360,7 +403,7 @@ async def _random_check(
     kwargs: dict[str, Any],
     episodes: int,
     limits: RolloutLimits,
-    oracle_reward: float | None,
+    threshold: float | None,
 ) -> CheckResult:
     """Random actions must be answered, never raised on; their mean reward is the baseline figure."""
     played = await _play(env_id, kwargs, RandomPolicy(seed=0), episodes, limits)
@@ -368,7 +411,7 @@ async def _random_check(
     if (error := _errors(played)) is not None:
         detail = f"{error}; an env answers a malformed or wrong action as the agent's turn, never raises"
         return CheckResult(name=RANDOM, status="fail", figure=figure, value=mean, detail=detail)
-    if oracle_reward is not None and min(e.reward for e in played) >= oracle_reward - _TOLERANCE:
+    if threshold is not None and min(e.reward for e in played) >= threshold - _TOLERANCE:
         detail = "random actions scored the full reward on every episode: does the reward tell a solution?"
         return CheckResult(name=RANDOM, status="warn", figure=figure, value=mean, detail=detail)
     return CheckResult(name=RANDOM, status="pass", figure=figure, value=mean)

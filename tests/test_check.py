@@ -3,8 +3,10 @@ with the failing check named, on the command line and in the library's report.""
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -12,7 +14,7 @@ from typer.testing import CliRunner
 import envhub
 from envhub.checks import ORACLE, RANDOM, RESET, ROUND_TRIP, SEEDED, check, load_report
 from envhub.cli import app
-from envhub.messages import Message
+from envhub.messages import ImagePart, Message, TextPart
 
 runner = CliRunner()
 
@@ -34,7 +36,7 @@ class NoReference(envhub.SingleTurnEnv):
 class Echo(NoReference):
     """The same with its reference solution: a correct env, the base of the broken ones below."""
 
-    def reference_action(self, messages: list[Message]) -> envhub.Action:
+    def reference_action(self, messages: list[Message]) -> envhub.Action | None:
         return self.word
 
 
@@ -179,3 +181,66 @@ def test_an_env_that_cannot_be_made_fails_once_and_skips_the_rest() -> None:
         "making the env raised FileNotFoundError: the task data is not here: pass path=FOLDER"
     )
     assert [r.status for r in report.results[1:]] == ["skip"] * 4
+
+
+class FlickeringImage(envhub.Env):
+    """Its first observation's text is seeded, but the image beside it is noise on every reset."""
+
+    async def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[envhub.Observation, dict[str, Any]]:
+        noise = ImagePart(data=os.urandom(16))
+        return [Message(role="user", content=[TextPart(text=f"Task {seed}: describe it."), noise])], {}
+
+    async def step(self, action: envhub.Action) -> envhub.StepResult:
+        return envhub.StepResult([], 0.0, True, False, {})
+
+
+def test_images_that_differ_on_the_same_seed_fail_reset_determinism() -> None:
+    report = check(registered("check-flicker-v0", FlickeringImage), episodes=1)
+    assert [r.name for r in report.failures] == [RESET]
+    assert report.result(RESET).figure == "3 of 3 seeds differ"
+
+
+class SomeIdsHaveNoReference(Echo):
+    """A class serving many ids, with a reference solution for some: this one has none."""
+
+    def reference_action(self, messages: list[Message]) -> envhub.Action | None:
+        return None
+
+
+def test_an_id_whose_reference_never_moves_skips_the_oracle() -> None:
+    report = check(registered("check-some-reference-v0", SomeIdsHaveNoReference), episodes=2)
+    assert report.passed, report.failures
+    assert report.result(ORACLE).status == "skip"
+    assert "no reference solution for this id" in report.result(ORACLE).detail
+    assert report.result(ROUND_TRIP).figure == "1 episode (1 turn(s)), equal"  # played by the random policy
+
+
+class Scored(Echo):
+    """A game score, not a success rate: the reference earns 5 on every episode."""
+
+    reference_reward: float | None = 5.0
+
+    @envhub.reward
+    def exact(self, answer: str) -> float:
+        return 5.0 * (answer.strip() == self.word)
+
+
+class Overclaimed(Scored):
+    reference_reward = 6.0
+
+
+class Stochastic(Scored):
+    reference_reward = None
+
+
+def test_the_declared_reference_reward_is_the_bar() -> None:
+    assert check(registered("check-scored-v0", Scored), episodes=2).result(ORACLE).status == "pass"
+    overclaimed = check(registered("check-overclaimed-v0", Overclaimed), episodes=2)
+    assert [r.name for r in overclaimed.failures] == [ORACLE]
+    assert "scored 5 on seed 0, below 6" in overclaimed.result(ORACLE).detail
+    stochastic = check(registered("check-stochastic-v0", Stochastic), episodes=2).result(ORACLE)
+    assert stochastic.status == "pass" and "reference_reward = None" in stochastic.detail
+    result = runner.invoke(app, ["check", "check-scored-v0", "--oracle-reward", "7", "--no-save"])
+    assert result.exit_code == 1 and f"failed: check-scored-v0: {ORACLE}" in result.output

@@ -24,8 +24,12 @@ def check_envs(
         int, typer.Option(min=1, help="Episodes for the oracle and the random baseline (seeds 0, 1, ...).")
     ] = 3,
     oracle_reward: Annotated[
-        float, typer.Option(help="The reward the reference solution must reach on every episode.")
-    ] = 1.0,
+        float | None,
+        typer.Option(
+            help="The reward the reference solution must reach on every episode "
+            "[default: the env's reference_reward, else 1.0]."
+        ),
+    ] = None,
     kwarg: Annotated[
         list[str] | None, typer.Option("--kwarg", help="Env option KEY=VALUE (repeatable), for every ID.")
     ] = None,
