@@ -47,6 +47,31 @@ class IndexEntry(BaseModel):
         return self.versions[-1]
 
 
+class SourceEntry(BaseModel):
+    """A plugin package that brings a whole outside collection (hundreds of ids) under one namespace.
+
+    Its ids are the package's own entry points, generated from the upstream package's list, so the index
+    names the collection once instead of repeating every id; `make` still tells a user which package to
+    install for any id of the namespace.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    package: str
+    ids: str = Field(pattern=r"^[\w.-]+/")
+    """The id pattern, its namespace first: `reasoning-gym/<dataset>-v0`."""
+    upstream: str = Field(pattern=r"^[\w.-]+==[\w.]+$")
+    """The published package that holds the data and the scoring code, pinned: `textarena==0.7.4`."""
+    licence: str
+    description: str
+    default_sandbox: Literal["none", "local", "docker", "e2b", "browser"] = "none"
+    tags: list[str] = Field(default_factory=list)
+
+    @property
+    def namespace(self) -> str:
+        return self.ids.split("/", 1)[0]
+
+
 def _unversioned(name: str) -> str:
     if parse_env_id(name).version is not None:
         raise ValueError("index keys are unversioned names; list the versions under `versions`")
@@ -58,6 +83,11 @@ class RegistryIndex(BaseModel):
 
     schema_version: Literal[1] = Field(alias="schema")
     envs: dict[Annotated[str, AfterValidator(_unversioned)], IndexEntry]
+    sources: dict[str, SourceEntry] = Field(default_factory=dict)
+
+    def source_of(self, namespace: str | None) -> SourceEntry | None:
+        """The outside collection that owns a namespace, if any."""
+        return next((s for s in self.sources.values() if s.namespace == namespace), None)
 
     def ids(self) -> dict[str, IndexEntry]:
         """Every versioned id the index declares, e.g. `arithmetic-v0`."""

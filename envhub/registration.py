@@ -204,6 +204,14 @@ class Registry:
         index_ids = self.index.ids() if self.index else {}
         lines = [f"no environment {str(wanted)!r} is registered."]
         entry = self.index.envs.get(wanted.family) if self.index else None
+        source = self.index.source_of(wanted.namespace) if self.index else None
+        if source is not None and not any(
+            r.env_id.namespace == wanted.namespace for r in self._registrations.values()
+        ):
+            lines.append(
+                f"Ids {source.ids} come from {source.upstream.split('==')[0]} through the package "
+                f"{source.package!r}, which is not installed: pip install {source.package}"
+            )
         if entry is not None:
             installed = any(r.env_id.family == wanted.family for r in self._registrations.values())
             if installed:
@@ -243,6 +251,7 @@ class Registry:
 
     def _spec(self, registration: Registration, kwargs: dict[str, Any], max_turns: int | None) -> EnvSpec:
         entry = self.index.envs.get(registration.env_id.family) if self.index else None
+        source = self.index.source_of(registration.env_id.namespace) if self.index else None
         return EnvSpec(
             id=registration.id,
             namespace=registration.env_id.namespace,
@@ -254,8 +263,10 @@ class Registry:
                 package=registration.package,
                 package_version=registration.package_version,
                 entry_point=registration.entry_point_text,
-                data_source=entry.data_source if entry else None,
-                default_sandbox=entry.default_sandbox if entry else None,
+                data_source=entry.data_source if entry else (source.upstream if source else None),
+                default_sandbox=entry.default_sandbox
+                if entry
+                else (source.default_sandbox if source else None),
             ),
         )
 
