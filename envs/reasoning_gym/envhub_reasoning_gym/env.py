@@ -33,6 +33,7 @@ from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer  # type: ignore[i
 
 import envhub
 from envhub.messages import Message
+from envhub_reasoning_gym import solvers
 
 NAMESPACE = "reasoning-gym"
 MODULE = "envhub_reasoning_gym.datasets"
@@ -137,12 +138,15 @@ def options(name: str) -> dict[str, Option]:
 
 
 def reference_answer(entry: dict[str, Any]) -> str | None:
-    """The item's reference answer as a reply would write it: `answer`, or the dataset's example
-    solution for items without a single right answer; None when the dataset gives neither."""
+    """The item's reference answer as a reply would write it: `answer`, else the dataset's example
+    solution for items without a single right answer, else envhub's solver (rush_hour, boxnet)."""
     answer = entry.get("answer")
+    metadata = entry.get("metadata", {})
+    source = metadata.get("source_dataset", "")
+    if answer is None and source in EXAMPLE_ANSWER_KEYS:
+        answer = metadata.get(EXAMPLE_ANSWER_KEYS[source])
     if answer is None:
-        key = EXAMPLE_ANSWER_KEYS.get(entry.get("metadata", {}).get("source_dataset", ""))
-        answer = entry["metadata"].get(key) if key else None
+        answer = solvers.solve(source, metadata)
     if answer is None or isinstance(answer, str):
         return answer
     return json.dumps(answer) if isinstance(answer, dict | list) else str(answer)
