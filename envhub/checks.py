@@ -244,7 +244,7 @@ class _Declared:
 
     @classmethod
     def of(cls, env: Env) -> _Declared:
-        declared = getattr(type(env), "reference_reward", 1.0)
+        declared = type(env).reference_reward
         return cls(
             has_reference=type(env).reference_action is not Env.reference_action,
             reference_reward=None if declared is None else float(declared),

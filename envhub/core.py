@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -160,6 +160,9 @@ class Env(ABC):
     spec: EnvSpec | None = None
     max_turns: int = 16
     """Steps before the episode is truncated; `make(..., max_turns=N)` overrides it."""
+    reference_reward: ClassVar[float | None] = 1.0
+    """What the env's reference solution (`reference_action`) earns; `envhub check` holds the oracle to
+    it. None where no fixed figure exists (returns of stochastic games, scores outside 0..1)."""
 
     @property
     def tools(self) -> list[ToolSpec]:

@@ -50,6 +50,9 @@ class GymText(envhub.MultiTurnEnv):
     """A gymnasium env played in text: the state each turn, one action per reply, the env's reward."""
 
     gym_id: ClassVar[str] = ""
+    reference_reward: ClassVar[float | None] = None
+    """The oracle's return is the game's (CliffWalking's best is -13; Blackjack and slippery lakes are
+    chance): `envhub check` records its mean instead of holding it to 1.0."""
 
     def __init__(self, *, max_turns: int | None = None, **gym_kwargs: Any) -> None:
         probe = gymnasium.make(self.gym_id, **gym_kwargs)
