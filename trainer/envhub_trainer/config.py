@@ -75,15 +75,26 @@ class TrainConfig(BaseModel):
     eval_seed_start: int = 1_000_000
     checkpoint_every: int = Field(10, ge=0)
     concurrency: int = Field(8, ge=1)
+    """Episodes in flight at once: envhub's runner keeps this many env workers, each resetting its env
+    between episodes."""
+    backend_concurrency: dict[str, int] = Field(default_factory=dict)
+    """Caps per sandbox backend (e.g. {"docker": 4}) on top of `concurrency`, as `envhub rollout` has."""
+    step_timeout: float | None = Field(None, gt=0)
+    """Seconds one policy call or env step may take; past it the episode ends as a `timeout`, an
+    infrastructure failure: re-run, and its group dropped if it still fails. Unset: no limit."""
+    episode_timeout: float | None = Field(None, gt=0)
+    """Seconds one episode may take; past it the episode is cut off and trained as truncated."""
     episode_retries: int = Field(2, ge=0)
-    """Re-runs, each with a fresh env, of an episode whose env or policy raised (an infrastructure
-    failure). A group that still holds a failed episode is dropped whole, never trained short."""
+    """Re-runs, each with a fresh env, of an episode whose env or policy raised or timed out (an
+    infrastructure failure). A group that still holds a failed episode is dropped whole, never trained
+    short."""
     ray: bool = False
     """Play episodes on Ray actors (env workers against engine actors); the trainer stays the driver."""
     ray_address: str | None = None
     """The Ray cluster to join (`auto`, `ray://host:port`); unset starts a local Ray on this machine."""
     env_workers: int = Field(2, ge=1)
-    """With `ray`: environment actors; the `concurrency` episodes in flight are spread over them."""
+    """With `ray`: envhub's episode actors (at most `concurrency`); the episodes in flight are spread
+    over them."""
     rollout_workers: int = Field(1, ge=1)
     """With `ray`: engine actors, each holding a copy of the weights (every sync reaches all of them)."""
     logged_episodes: int = Field(2, ge=0)

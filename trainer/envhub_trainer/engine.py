@@ -2,6 +2,8 @@
 
 The engine keeps its own copy of the weights (as vLLM would), so what it samples with is exactly what
 was last synced: `version` says which optimiser step that was and `checksum` proves the copy matches.
+Every engine's episodes are played by `envhub.rollout`: an engine in this process hands it a policy,
+the Ray engine a picklable factory of one (`player`), for the same Ray backend `envhub rollout` uses.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 
 from envhub.policies.base import Policy
 from envhub.policies.hf import TransformersPolicy
+from envhub.rollout.ray_backend import PolicyFactory
 
 
 def weights_checksum(state: dict[str, torch.Tensor]) -> str:
@@ -34,8 +37,13 @@ class RolloutEngine(Protocol):
 
     version: int
 
-    def policy(self, *, greedy: bool = False) -> Policy:
-        """The envhub policy that generates with the engine's current weights."""
+    @property
+    def backend(self) -> str:
+        """The `envhub.rollout` backend its episodes are played on: "local", or a Ray one."""
+        ...
+
+    def player(self, *, greedy: bool = False) -> Policy | PolicyFactory:
+        """What `envhub.rollout.rollout` plays with: the engine's policy, or (Ray) a factory of one."""
         ...
 
     def sync(self, state: dict[str, torch.Tensor], version: int) -> None:
@@ -62,7 +70,20 @@ class RolloutEngine(Protocol):
     def set_rng_state(self, state: Any) -> None: ...
 
 
-class TransformersEngine:
+class InProcessEngine:
+    """An engine in the trainer's process: its policy plays the episodes on envhub's asyncio runner."""
+
+    backend = "local"
+
+    def policy(self, *, greedy: bool = False) -> Policy:
+        """The envhub policy that generates with the engine's current weights."""
+        raise NotImplementedError
+
+    def player(self, *, greedy: bool = False) -> Policy | PolicyFactory:
+        return self.policy(greedy=greedy)
+
+
+class TransformersEngine(InProcessEngine):
     """Hugging Face `generate` on the engine's own copy of the model: the CPU fallback, and CI's engine.
 
     It reuses envhub's `TransformersPolicy` (chat template once per turn, exact ids and logprobs);

@@ -3,20 +3,24 @@
     tasks (env seeds) -> G episodes per task with the engine's policy -> token samples
     -> group-relative advantages -> clipped, IS-corrected loss -> AdamW step -> weight sync
 
+Every episode is played by `envhub.rollout` (a GRPO group is G references to one task), so training
+gets what the runner gives any batch: step and episode timeouts, re-runs of infrastructure failures,
+one env per worker reset between episodes, per-turn policy time, the Ray backend `envhub rollout`
+uses, and each step's episodes stored as a batch folder that `envhub show` opens (`run_folder.py`).
+
 Synchronous and asynchronous runs share this loop. Async starts generating the next batch (with the
 weights before this step's update) while the step trains, so each batch arrives one version stale;
 the truncated importance weight in the loss corrects for it, and batches staler than `max_staleness`
 are dropped and counted.
 
 With `data_parallel: N` (processes started by `launch.py`) only the step runs on every rank: rank 0
-does all the rest and hands each rank its share of the samples (`lead_step`; the others `follow`).
+does all the rest and hands each rank its share of the samples (`shares.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import json
 import logging
 import random
 import shutil
@@ -29,16 +33,13 @@ from typing import Any
 
 import torch
 
-import envhub
-from envhub.core import Action, Env
-from envhub.messages import Message
-from envhub.policies.base import Generation, Policy
 from envhub.records import Episode
-from envhub.rollout.runner import EnvWorker, RolloutLimits
-from envhub.tools import ToolSpec
-from envhub_trainer import distributed, launch
+from envhub.rollout import EpisodeRef, RolloutLimits, failed, rollout
+from envhub.rollout.runner import POLICY_SECONDS
+from envhub_trainer import distributed, launch, shares
 from envhub_trainer.config import TrainConfig
-from envhub_trainer.engine import RolloutEngine, TransformersEngine, weights_checksum
+from envhub_trainer.engine import RolloutEngine, weights_checksum
+from envhub_trainer.engines import make_engine
 from envhub_trainer.forward import micro_batch_logprobs, pack
 from envhub_trainer.loss import (
     LossStats,
@@ -49,52 +50,13 @@ from envhub_trainer.loss import (
     shaped_rewards,
 )
 from envhub_trainer.metrics import EvalMetrics, StepMetrics
+from envhub_trainer.run_folder import Run, eval_folder, load_checkpoint, save_checkpoint, step_folder
 from envhub_trainer.samples import TrainSample, episode_samples
 from envhub_trainer.tasks import TaskSampler
 
 log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------- rollouts
-
-
-class _TimedPolicy(Policy):
-    """Adds up the seconds spent generating, so a step can split rollout time into model vs env."""
-
-    def __init__(self, inner: Policy, clock: list[float]) -> None:
-        self.inner, self.clock, self.name = inner, clock, inner.name
-
-    async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Action | Generation:
-        started = time.perf_counter()
-        try:
-            return await self.inner.act(messages, tools)
-        finally:
-            self.clock[0] += time.perf_counter() - started
-
-    def info(self) -> dict[str, Any]:
-        return self.inner.info()
-
-    def for_episode(self, env: Env) -> Policy:
-        return _TimedPolicy(self.inner.for_episode(env), self.clock)
-
-
-async def play_episode(config: TrainConfig, policy: Policy, task: int, k: int) -> Episode:
-    """Episode `k` of task `task` (env seed `task`), re-run with a fresh env up to `episode_retries` times
-    while its env or policy raises, by the runner's own `EnvWorker`; `attempts` says how many it took."""
-    limits = RolloutLimits(concurrency=1, retries=config.episode_retries)
-    kwargs = {"max_turns": config.max_turns, **config.env_kwargs}
-    worker = EnvWorker(config.env_id, kwargs, policy, limits, seed=0)  # episode i plays seed 0 + i
-    try:
-        episode = await worker.play(task)
-    finally:
-        await worker.close()
-    return episode.model_copy(update={"episode_id": f"{task}-{k}"})
-
-
-def failed(episode: Episode) -> bool:
-    """The machinery failed the episode (through every re-run): its reward says nothing of the policy.
-
-    A cutoff is not a failure: the episode was played, and truncated, under the policy's control."""
-    return episode.error is not None and episode.error.kind != "cutoff"
 
 
 @dataclass
@@ -108,42 +70,83 @@ class RolloutBatch:
     draw_state: dict[str, Any]
     seconds: float
     generation_seconds: float
+    """The episodes' policy calls, as the runner timed them (they overlap: a sum, not wall time)."""
     env_seconds: float
+    folder: Path
+    """Where the batch is stored (renamed after the step that trains on it)."""
+
+
+def group_refs(tasks: list[int], group_size: int) -> list[EpisodeRef]:
+    """`group_size` references to each task (its env seed): episode g * G + k is rollout k of task g."""
+    return [
+        EpisodeRef(index=g * group_size + k, seed=task, task=g, rollout=k)
+        for g, task in enumerate(tasks)
+        for k in range(group_size)
+    ]
+
+
+def limits(config: TrainConfig) -> RolloutLimits:
+    """The runner's limits for training episodes: the config's timeouts, caps and re-runs."""
+    return RolloutLimits(
+        concurrency=config.concurrency,
+        backend_concurrency=config.backend_concurrency,
+        step_timeout=config.step_timeout,
+        episode_timeout=config.episode_timeout,
+        retries=config.episode_retries,
+    )
 
 
 async def play_groups(
-    config: TrainConfig, policy: Policy, tasks: list[int], group_size: int
-) -> tuple[list[list[Episode]], float, float]:
-    """`group_size` episodes of every task (same seed, different samples); returns generation/env seconds.
+    config: TrainConfig, engine: RolloutEngine, tasks: list[int], group_size: int, out: Path, *, greedy: bool
+) -> list[list[Episode]]:
+    """`group_size` episodes of every task (same seed, different samples), played by `envhub.rollout`
+    on the engine's backend and stored in the batch folder `out`.
 
-    With `ray: true` the environment-worker actors play them against the engine actors instead. An env
-    id the registry does not know is the config's mistake, not an episode's: it stops the run
-    (`KeyError`, with did-you-mean) instead of failing every episode and dropping every group."""
-    envhub.spec(config.env_id)
-    if config.ray:
-        from envhub_trainer import ray_rollout  # imports Ray: only when asked for
+    An env id the registry does not know, or options its constructor does not take, are the config's
+    mistake, not an episode's: `rollout` raises before anything starts instead of failing every group.
+    """
+    kwargs = dict(config.env_kwargs)
+    if config.max_turns is not None:
+        kwargs["max_turns"] = config.max_turns
+    played: list[Episode] = []
+    sampling = "greedy" if greedy else f"temperature={config.temperature:g}"
+    await rollout(
+        config.env_id,
+        engine.player(greedy=greedy),
+        episodes=group_refs(tasks, group_size),
+        limits=limits(config),
+        env_kwargs=kwargs,
+        seed=None,
+        out=out,
+        backend=engine.backend,
+        ray_workers=None if engine.backend == "local" else config.env_workers,
+        policy_label=f"envhub-trainer {config.model} weights=v{engine.version} {sampling}",
+        on_episode=played.append,  # as played: token traces exactly as the engine returned them
+    )
+    by_index = sorted(played, key=lambda e: int(e.episode_id))
+    if len(by_index) != len(tasks) * group_size:
+        wanted = len(tasks) * group_size
+        raise RuntimeError(f"the rollout into {out} returned {len(by_index)} of {wanted} episodes")
+    return [by_index[g * group_size : (g + 1) * group_size] for g in range(len(tasks))]
 
-        return await ray_rollout.play_groups(policy, tasks, group_size)
-    clock = [0.0]
-    timed = _TimedPolicy(policy, clock)
-    slots = asyncio.Semaphore(config.concurrency)
 
-    async def one(task: int, k: int) -> Episode:
-        async with slots:
-            return await play_episode(config, timed, task, k)
-
-    flat = await asyncio.gather(*(one(t, k) for t in tasks for k in range(group_size)))
-    groups = [list(flat[i * group_size : (i + 1) * group_size]) for i in range(len(tasks))]
-    env_seconds = max(sum(e.wall_seconds for e in flat) - clock[0], 0.0)
-    return groups, clock[0], env_seconds
+def generation_seconds(episodes: list[Episode]) -> float:
+    """Seconds the episodes' turns waited for the policy, as the runner recorded them per turn."""
+    return sum(float(t.info.get(POLICY_SECONDS, 0.0)) for e in episodes for t in e.turns)
 
 
-async def rollout(
-    config: TrainConfig, engine: RolloutEngine, tasks: list[int], draw: dict[str, Any]
+async def play_batch(
+    config: TrainConfig, engine: RolloutEngine, run: Run, tasks: list[int], draw: dict[str, Any]
 ) -> RolloutBatch:
+    """One step's groups, stored under a fresh `incoming` folder until a step takes them."""
     started, version = time.perf_counter(), engine.version
-    groups, generation, env_seconds = await play_groups(config, engine.policy(), tasks, config.group_size)
-    return RolloutBatch(tasks, groups, version, draw, time.perf_counter() - started, generation, env_seconds)
+    out = run.incoming()
+    groups = await play_groups(config, engine, tasks, config.group_size, out, greedy=False)
+    flat = [e for group in groups for e in group]
+    generation = generation_seconds(flat)
+    env_seconds = max(sum(e.wall_seconds for e in flat) - generation, 0.0)
+    seconds = time.perf_counter() - started
+    return RolloutBatch(tasks, groups, version, draw, seconds, generation, env_seconds, out)
 
 
 # ---------------------------------------------------------------- batch -> samples
@@ -292,16 +295,6 @@ def train_step(
 
 
 @dataclass
-class Share:
-    """One rank's part of a step, as rank 0 hands it out (the whole step in a single-process run)."""
-
-    samples: list[TrainSample]
-    pad_id: int
-    checkpoint: bool
-    """A checkpoint follows this step: every rank helps gather the optimiser state for it."""
-
-
-@dataclass
 class Trained:
     """What a step leaves behind; only rank 0 keeps the whole weights and optimiser state."""
 
@@ -309,6 +302,17 @@ class Trained:
     weights: dict[str, torch.Tensor]
     """Every tensor whole: what rank 0 syncs its engine from and saves."""
     optimiser_state: dict[str, Any] | None
+
+
+def train_share(
+    model: Any, optimiser: torch.optim.Optimizer, share: shares.Share, config: TrainConfig, ref_model: Any
+) -> Trained:
+    """The collective part of a step, which every rank runs in this order: the update, the whole weights
+    (for rank 0's engine) and, when a checkpoint follows, the whole optimiser state."""
+    losses = train_step(model, optimiser, share.samples, config, ref_model=ref_model, pad_id=share.pad_id)
+    weights = distributed.full_state_dict(model)
+    optimiser_state = distributed.optimiser_state(model, optimiser) if share.checkpoint else None
+    return Trained(losses, weights, optimiser_state)
 
 
 def lead_step(
@@ -321,132 +325,17 @@ def lead_step(
     pad_id: int,
     checkpoint: bool,
 ) -> Trained:
-    """Rank 0: hand every rank its share of the samples, balanced by token count, and train on its own."""
-    split = distributed.balance([len(s.token_ids) for s in samples], distributed.world_size())
-    share = distributed.scatter([Share([samples[i] for i in part], pad_id, checkpoint) for part in split])
-    return train_share(model, optimiser, share, config, ref_model)
+    """Rank 0: hand every rank its share of the samples and train on its own."""
+    return train_share(model, optimiser, shares.hand_out(samples, pad_id, checkpoint), config, ref_model)
 
 
 def follow(model: Any, optimiser: torch.optim.Optimizer, config: TrainConfig, ref_model: Any) -> None:
     """Every rank but 0: train on the share rank 0 hands out for each step, until it sends a stop."""
-    while (share := distributed.scatter(None)) is not None:
+    for share in shares.received():
         train_share(model, optimiser, share, config, ref_model)
 
 
-def stop_followers() -> None:
-    """Rank 0 is done (or failed between steps, while the others wait for a share): `follow` returns.
-
-    Best effort: if a rank is gone, its launcher (`launch.py` or torchrun) reports it and ends the rest."""
-    try:
-        distributed.scatter([None] * distributed.world_size())
-    except Exception as error:
-        log.warning("could not tell the other ranks to stop: %s", error)
-
-
-def train_share(
-    model: Any, optimiser: torch.optim.Optimizer, share: Share, config: TrainConfig, ref_model: Any
-) -> Trained:
-    """The collective part of a step, which every rank runs in this order: the update, the whole weights
-    (for rank 0's engine) and, when a checkpoint follows, the whole optimiser state."""
-    losses = train_step(model, optimiser, share.samples, config, ref_model=ref_model, pad_id=share.pad_id)
-    weights = distributed.full_state_dict(model)
-    optimiser_state = distributed.optimiser_state(model, optimiser) if share.checkpoint else None
-    return Trained(losses, weights, optimiser_state)
-
-
-# ---------------------------------------------------------------- run state on disk
-
-
-@dataclass
-class Run:
-    """The files of a run directory: metrics.jsonl, samples.jsonl, checkpoint/, optional tb/."""
-
-    directory: Path
-    tensorboard: Any = None
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.directory / "checkpoint"
-
-    def log(self, name: str, row: dict[str, Any]) -> None:
-        with (self.directory / name).open("a") as f:
-            f.write(json.dumps(row) + "\n")
-
-    def truncate_after(self, step: int) -> None:
-        """Drop rows logged after the checkpoint we resume from, so the curve continues without overlap."""
-        for name in ("metrics.jsonl", "samples.jsonl"):
-            path = self.directory / name
-            if path.exists():
-                rows = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
-                path.write_text("".join(r + "\n" for r in rows))
-
-
-def save_checkpoint(
-    run: Run,
-    model: Any,
-    weights: dict[str, torch.Tensor],
-    tokenizer: Any,
-    optimiser_state: dict[str, Any],
-    state: dict[str, Any],
-) -> None:
-    """Model, optimiser, step, weight version, RNG states and data position, replaced atomically.
-
-    `weights` and `optimiser_state` are whole (gathered from every rank under data parallel) and in the
-    format one process writes, so a checkpoint resumes with any `data_parallel`."""
-    staging = run.directory / "checkpoint.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    model.save_pretrained(staging / "model", state_dict=weights)
-    tokenizer.save_pretrained(staging / "model")
-    torch.save(
-        {
-            "optimiser": optimiser_state,
-            "torch_rng": torch.get_rng_state(),
-            "python_rng": random.getstate(),
-        },
-        staging / "trainer.pt",
-    )
-    (staging / "state.json").write_text(json.dumps(state))
-    shutil.rmtree(run.checkpoint, ignore_errors=True)
-    staging.rename(run.checkpoint)
-
-
 # ---------------------------------------------------------------- the loop
-
-
-def make_engine(config: TrainConfig, model_dir: Path) -> RolloutEngine:
-    """The configured rollout engine on its own copy of `model_dir`; with `ray: true`, on Ray actors."""
-    if config.ray:
-        from envhub_trainer.ray_rollout import RayEngine  # imports Ray: only when asked for
-
-        return RayEngine(config, model_dir)
-    common: dict[str, Any] = {
-        "max_new_tokens": config.max_new_tokens,
-        "temperature": config.temperature,
-        "seed": config.seed,
-        "chat_template": config.chat_template,
-    }
-    if config.engine == "vllm":
-        from envhub_trainer.vllm_engine import VLLMEngine  # imports vLLM: only when asked for
-
-        return VLLMEngine(
-            model_dir,
-            **common,
-            sync_timeout=config.sync_timeout,
-            batch_size=config.generation_batch_size,
-            dtype=config.dtype,
-        )
-    if config.engine == "vllm-server":
-        from envhub_trainer.vllm_server import VLLMServerEngine
-
-        return VLLMServerEngine(
-            model_dir,
-            **common,
-            sync_timeout=config.sync_timeout,
-            url=config.engine_url,
-            concurrency=config.concurrency,
-            dtype=config.dtype,
-        )
-    return TransformersEngine(model_dir, **common, batch_size=config.generation_batch_size)
 
 
 def train(
@@ -486,11 +375,8 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
     step = version = 0
     state: dict[str, Any] = {}
     if resume:
-        state = json.loads((run.checkpoint / "state.json").read_text())
-        extra = torch.load(run.checkpoint / "trainer.pt", weights_only=False)
-        distributed.load_optimiser_state(model, optimiser, extra["optimiser"])
-        torch.set_rng_state(extra["torch_rng"])
-        random.setstate(extra["python_rng"])
+        state, optimiser_state = load_checkpoint(run)
+        distributed.load_optimiser_state(model, optimiser, optimiser_state)
         step, version = state["step"], state["version"]
         if ref_model is not None:  # the reference is the run's starting model, not the checkpoint
             reference: Any = AutoModelForCausalLM.from_pretrained(
@@ -516,6 +402,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
             engine.set_rng_state(state["engine_rng"])
             run.truncate_after(step)
             log.info("resumed %s at step %d", run.directory, step)
+        run.drop_episodes_after(step if resume else -1)  # a fresh run: an earlier run's go too
         if config.tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -530,13 +417,13 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
                 engine.sync(weights, version)
             tasks = sampler.draw(config.tasks_per_step)
             draw = sampler.state_dict()
-            return asyncio.create_task(rollout(config, engine, tasks, draw))
+            return asyncio.create_task(play_batch(config, engine, run, tasks, draw))
 
         rows: list[dict[str, Any]] = []
         dropped_stale = 0
         last_checksum = engine.checksum() if config.verify_sync and config.engine != "hf" else None
         if config.eval_every and step == 0:
-            rows_eval = await evaluate(config, engine)
+            rows_eval = await evaluate(config, engine, run, step)
             run.log("metrics.jsonl", EvalMetrics(step=0, eval_reward=rows_eval, version=version).row())
         while step < config.steps:
             waited = time.perf_counter()
@@ -547,6 +434,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
             if staleness > config.max_staleness:
                 dropped_stale += sum(len(g) for g in batch.episodes)
                 log.warning("dropped a batch %d versions stale (max %d)", staleness, config.max_staleness)
+                shutil.rmtree(batch.folder)  # no step trains on it
                 continue
             data = build_samples(batch, config)
             for task, rate in data.group_pass_rates.items():
@@ -571,6 +459,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
             train_seconds = time.perf_counter() - started
             version += 1
             step += 1
+            run.keep(batch.folder, step_folder(step))
             sync_started = time.perf_counter()
             if pending is None and step < config.steps:
                 engine.sync(weights, version)
@@ -619,7 +508,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
                 **checks,
             }
             if config.eval_every and step % config.eval_every == 0:
-                figures["eval_reward"] = await evaluate(config, engine)
+                figures["eval_reward"] = await evaluate(config, engine, run, step)
             row = StepMetrics.model_validate(figures).row()  # the type the report and plots read
             rows.append(row)
             run.log("metrics.jsonl", row)
@@ -651,7 +540,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
                 save_checkpoint(run, model, weights, engine.tokenizer, trained.optimiser_state, state)
     finally:
         if followers_wait:
-            stop_followers()
+            shares.stop_followers()
         if pending is not None:
             pending.cancel()
         if engine is not None:
@@ -661,8 +550,11 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
     return rows
 
 
-async def evaluate(config: TrainConfig, engine: RolloutEngine) -> float:
-    """Mean reward of greedy episodes on held-out seeds (one per task): the curve to judge a run by."""
+async def evaluate(config: TrainConfig, engine: RolloutEngine, run: Run, step: int) -> float:
+    """Mean reward of greedy episodes on held-out seeds (one per task): the curve to judge a run by.
+
+    Stored in `RUN/episodes/eval-step-N`, N the steps trained before it."""
     tasks = list(range(config.eval_seed_start, config.eval_seed_start + config.eval_tasks))
-    groups, _, _ = await play_groups(config, engine.policy(greedy=True), tasks, 1)
+    out = run.episodes / eval_folder(step)
+    groups = await play_groups(config, engine, tasks, 1, out, greedy=True)
     return statistics.fmean(g[0].reward for g in groups)

@@ -1,16 +1,18 @@
-"""Rollouts on Ray: the trainer is the driver, the rollout engines and the environments are actors.
+"""Training on Ray: the trainer is the driver, its rollout engines are actors, and the episodes are
+played by envhub's own Ray backend, the one `envhub rollout --backend ray` uses.
 
     driver (the trainer: weights, optimiser, metrics)
-      |-- sync(weights, version) ----> RolloutWorker x rollout_workers   (an engine from `make_engine`)
-      |-- play(task, k) -------------> EnvironmentWorker x env_workers   (envhub.make + run_episode)
-                                          |-- act(turn) --> a RolloutWorker --> Generation
+      |-- sync(weights, version) --------------> RolloutWorker x rollout_workers  (an in-process engine)
+      |-- envhub.rollout.rollout(backend="ray") -> EpisodeWorker x env_workers   (envhub's runner)
+                                                    |-- act(turn) --> a RolloutWorker --> Generation
 
 `RayEngine` is the driver's `RolloutEngine`, so grpo.py's sync, checksum and version code is the same
-with or without Ray, and `RayEngine.play_groups` returns what `grpo.play_groups` would. A rollout
-worker keeps one policy of its engine per episode, so token-drift tracking and turn batching behave as
-in one process. Ray restarts a killed environment worker and re-runs its in-flight episodes; a rollout
-worker is never restarted (a fresh one would sample with the starting weights), so losing one stops
-the run. This module imports Ray; grpo.py imports it only when `ray: true`.
+with or without Ray; its `player` is a picklable `RemotePlayer`, which each episode actor calls to
+build the policy that sends turns to the rollout workers. A rollout worker keeps one policy of its
+engine per episode, so token-drift tracking and turn batching behave as in one process. envhub's
+backend restarts a killed episode actor and re-runs its in-flight episodes; a rollout worker is never
+restarted (a fresh one would sample with the starting weights), so losing one stops the run. This
+module imports Ray; the training loop imports it only when `ray: true`.
 """
 
 from __future__ import annotations
@@ -20,24 +22,21 @@ import contextlib
 import logging
 import os
 import statistics
-import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import torch
-
-import envhub
 from envhub.core import Action, Env
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
-from envhub.records import Episode
-from envhub.registration import EnvFactory, registry
-from envhub.rollout.ray_backend import ACTOR_RESTARTS, RayWorkerLost, init_ray
+from envhub.rollout.ray_backend import PolicyFactory, RayWorkerLost, init_ray
 from envhub.tools import ToolSpec
 from envhub_trainer.config import TrainConfig
-from envhub_trainer.grpo import _TimedPolicy, make_engine, play_episode
+from envhub_trainer.remote_policy import RemotePlayer
+
+if TYPE_CHECKING:
+    import torch
 
 try:
     import ray
@@ -53,43 +52,44 @@ log = logging.getLogger(__name__)
 Actor = Any
 """A Ray actor handle (Ray's annotations of actor calls do not type-check)."""
 
+EngineBuilder = Callable[[TrainConfig, Path], Any]
+"""Builds an in-process engine (`engines.local_engine`) inside a rollout worker; pickled by reference."""
+
 SEED_STRIDE = 1_000_003
 """Rollout worker i samples with seed `seed + i * SEED_STRIDE`: worker 0 as one process would, the
 others from their own streams, so two workers never draw the same samples for the same prompt."""
 
 
-# ---------------------------------------------------------------- the actors
-
-
 class RolloutWorker:
-    """A Ray actor holding one engine from `make_engine` (HF or vLLM), with a policy of it per episode.
+    """A Ray actor holding one in-process engine (HF or vLLM), with a policy of it per episode.
 
     Its methods are async, so Ray runs the turns of many episodes at once on the actor's event loop,
     where the engine batches them as it would in one process.
     """
 
-    def __init__(self, config: TrainConfig, model_dir: str, seed: int) -> None:
+    def __init__(self, config: TrainConfig, model_dir: str, seed: int, build: EngineBuilder) -> None:
         local = config.model_copy(update={"ray": False, "seed": seed})
-        self.engine = make_engine(local, Path(model_dir))
+        self.engine = build(local, Path(model_dir))
         self.episodes: dict[str, Policy] = {}
 
     async def act(
         self, key: str, greedy: bool, messages: list[Message], tools: list[ToolSpec]
     ) -> Action | Generation:
-        """One turn of episode `key`; its policy is made on the first turn and kept until `end`."""
+        """One turn of episode `key`; its policy is made on the first turn and kept until the next sync."""
         policy = self.episodes.get(key)
         if policy is None:  # the engines' policies keep per-episode token state and never look at the env
             policy = self.episodes[key] = self.engine.policy(greedy=greedy).for_episode(cast(Env, None))
-        return await policy.act(messages, tools)
-
-    def end(self, key: str) -> None:
-        self.episodes.pop(key, None)
+        result: Action | Generation = await policy.act(messages, tools)
+        return result
 
     async def sync(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """Load new weights. No episode is in flight during a sync, so the episodes' policies go too."""
+        self.episodes.clear()
         await asyncio.to_thread(self.engine.sync, state, version)
 
     async def checksum(self) -> str:
-        return await asyncio.to_thread(self.engine.checksum)
+        checksum: str = await asyncio.to_thread(self.engine.checksum)
+        return checksum
 
     def rng_state(self) -> Any:
         return self.engine.rng_state()
@@ -98,95 +98,12 @@ class RolloutWorker:
         self.engine.set_rng_state(state)
 
     def metrics(self) -> dict[str, float]:
-        return self.engine.metrics()
+        metrics: dict[str, float] = self.engine.metrics()
+        return metrics
 
     def policy_name(self) -> str:
-        return self.engine.policy().name
-
-    def pid(self) -> int:
-        return os.getpid()
-
-
-class EngineActorPolicy(Policy):
-    """An envhub policy whose turns are generated by a `RolloutWorker` actor.
-
-    A keyed instance is one episode: the worker keeps that episode's policy under the key. The
-    environment workers play each attempt of an episode with a keyed copy `for_episode` makes of an
-    unkeyed one (so a re-run starts with fresh token state), listed in `attempts` to be `end`ed.
-    """
-
-    def __init__(
-        self,
-        worker: Actor,
-        greedy: bool,
-        name: str,
-        key: str | None = None,
-        engine: RayEngine | None = None,
-    ) -> None:
-        self.worker, self.greedy, self.name, self.key = worker, greedy, name, key
-        self.engine = engine
-        """The driver's engine this policy came from: `play_groups` plays its episodes on Ray."""
-        self.lost: RayActorError | None = None
-        """Set when the worker died during a turn: the episode's error is then the run's, not the policy's."""
-        self.attempts: list[EngineActorPolicy] = []
-        """The keyed copies `for_episode` made."""
-
-    def for_episode(self, env: Env) -> Policy:
-        if self.key is not None:
-            return self
-        attempt = EngineActorPolicy(self.worker, self.greedy, self.name, uuid.uuid4().hex)
-        self.attempts.append(attempt)
-        return attempt
-
-    async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Action | Generation:
-        if self.key is None:
-            raise RuntimeError("call for_episode() first (run_episode does): turns are kept per episode")
-        try:
-            result: Action | Generation = await self.worker.act.remote(self.key, self.greedy, messages, tools)
-        except RayActorError as exc:
-            self.lost = exc
-            raise
-        return result
-
-    async def end(self) -> None:
-        """Drop this episode's state on the worker (a dead worker fails the episodes that follow)."""
-        if self.key is not None and self.lost is None:
-            with contextlib.suppress(RayActorError):
-                await self.worker.end.remote(self.key)
-
-
-class EnvironmentWorker:
-    """A Ray actor playing the driver's episodes: it makes each env, a rollout worker writes the turns.
-
-    An env registered only in the driver's process (by a script or a test, not a plugin) is sent here
-    as `factory` and registered again, since the actor's process never ran that `register()` call.
-    """
-
-    def __init__(
-        self, config: TrainConfig, factory: EnvFactory | None, factory_kwargs: dict[str, Any]
-    ) -> None:
-        if factory is not None:
-            envhub.register(config.env_id, factory, kwargs=factory_kwargs, override=True)
-        self.config = config
-
-    async def play(self, worker: Actor, greedy: bool, name: str, task: int, k: int) -> tuple[Episode, float]:
-        """Episode `k` of task `task` against `worker` (re-run as `grpo.play_episode` does), and the
-        seconds spent waiting for its turns."""
-        clock = [0.0]
-        policy = EngineActorPolicy(worker, greedy, name)
-        try:
-            episode = await play_episode(self.config, _TimedPolicy(policy, clock), task, k)
-        finally:
-            for attempt in policy.attempts:
-                await attempt.end()
-        lost = next((a.lost for a in policy.attempts if a.lost is not None), None)
-        if lost is not None:
-            raise RayWorkerLost(
-                f"the rollout worker died during episode {task}-{k}: {lost}\nRollout workers are "
-                "not restarted (a fresh one would hold the starting weights): fix the cause (memory? the "
-                "GPU?) and resume the run from its checkpoint"
-            )
-        return episode, clock[0]
+        name: str = self.engine.policy().name
+        return name
 
     def pid(self) -> int:
         return os.getpid()
@@ -237,25 +154,28 @@ def _release(actors: list[Actor], session: int | None) -> None:
 
 
 class RayEngine:
-    """The driver's `RolloutEngine`: calls `rollout_workers` engine actors, plays on `env_workers` actors.
+    """The driver's `RolloutEngine`: `rollout_workers` engine actors; episodes on envhub's Ray backend.
 
-    Its actors end when `close()` is called or, since the training loop does not call it, when the
-    engine is garbage-collected (at the end of `train`, or at exit after an error).
+    Its actors end when `close()` is called (the training loop does, on success and error alike) or
+    when the engine is garbage-collected.
     """
 
-    def __init__(self, config: TrainConfig, model_dir: str | Path) -> None:
+    backend = "ray"
+    """Ray is running once the engine exists, so envhub's backend joins it whatever `ray_address` was."""
+
+    def __init__(self, config: TrainConfig, model_dir: str | Path, build: EngineBuilder) -> None:
         self.config, self.model_dir, self.version = config, Path(model_dir), 0
         self._tokenizer: Any = None
         self._actors: list[Actor] = []
         self._finalizer = weakref.finalize(self, _release, self._actors, _connect(config.ray_address))
         try:
-            self.rollout_workers, self.env_workers = self._start_actors()
-            self.policy_name: str = ray.get(self.rollout_workers[0].policy_name.remote())
+            self.rollout_workers = self._start_actors(build)
+            self.policy_name: str = self._all([self.rollout_workers[0].policy_name.remote()])[0]
         except BaseException:
             self.close()
             raise
 
-    def _start_actors(self) -> tuple[list[Actor], list[Actor]]:
+    def _start_actors(self, build: EngineBuilder) -> list[Actor]:
         config = self.config
         gpus = ray.cluster_resources().get("GPU", 0)  # type: ignore[no-untyped-call]
         engine_class = ray.remote(RolloutWorker).options(
@@ -263,30 +183,31 @@ class RayEngine:
             num_gpus=1 if config.engine != "hf" and gpus >= config.rollout_workers else 0,  # vLLM's
             scheduling_strategy="SPREAD",
         )
-        rollout = [
-            engine_class.remote(config, str(self.model_dir), config.seed + i * SEED_STRIDE)
+        workers = [
+            engine_class.remote(config, str(self.model_dir), config.seed + i * SEED_STRIDE, build)
             for i in range(config.rollout_workers)
         ]
-        self._actors.extend(rollout)
-        registration = registry.resolve(config.env_id)
-        factory = None if isinstance(registration.entry_point, str) else registration.entry_point
-        env_class = ray.remote(EnvironmentWorker).options(
-            max_restarts=ACTOR_RESTARTS,
-            max_task_retries=ACTOR_RESTARTS,  # Ray re-runs a dead worker's in-flight episodes
-            max_concurrency=config.concurrency,
-            scheduling_strategy="SPREAD",
-        )
-        played = config.model_copy(update={"env_id": registration.id})
-        envs = [env_class.remote(played, factory, registration.kwargs) for _ in range(config.env_workers)]
-        self._actors.extend(envs)
-        try:  # wait for every actor to start, so a model or env that cannot load fails here, clearly
-            ray.get([actor.pid.remote() for actor in self._actors])
+        self._actors.extend(workers)
+        try:  # wait for every actor to start, so a model that cannot load fails here, clearly
+            ray.get([actor.pid.remote() for actor in workers])  # type: ignore[attr-defined]
         except RayActorError as exc:
             raise RayWorkerLost(
-                f"a Ray actor of the trainer could not start: {exc}\nIs envhub_trainer (and the env, and "
-                "vLLM for engine: vllm) installed where Ray runs its workers?"
+                f"a rollout worker of the trainer could not start: {exc}\nIs envhub_trainer (and vLLM for "
+                "engine: vllm) installed where Ray runs its workers?"
             ) from exc
-        return rollout, envs
+        return workers
+
+    def _all(self, calls: list[Any]) -> list[Any]:
+        """The results of calls to the rollout workers; a dead worker stops the run, saying why."""
+        try:
+            results: list[Any] = ray.get(calls)
+            return results
+        except RayActorError as exc:
+            raise RayWorkerLost(
+                f"a rollout worker died: {exc}\nRollout workers are not restarted (a fresh one would hold "
+                "the starting weights): fix the cause (memory? the GPU?) and resume the run from its "
+                "checkpoint"
+            ) from exc
 
     def close(self) -> None:
         """End the actors (and the local Ray instance this engine started); safe to call twice."""
@@ -294,25 +215,25 @@ class RayEngine:
 
     # ------------------------------------------------------------ RolloutEngine
 
-    def policy(self, *, greedy: bool = False) -> Policy:
-        """A policy on the first rollout worker; `play_groups` spreads episodes over all of them."""
-        return EngineActorPolicy(self.rollout_workers[0], greedy, self.policy_name, engine=self)
+    def player(self, *, greedy: bool = False) -> Policy | PolicyFactory:
+        """A picklable factory: each episode actor builds a policy that sends turns to the workers."""
+        return RemotePlayer(tuple(self.rollout_workers), greedy, self.policy_name)
 
     def sync(self, state: dict[str, torch.Tensor], version: int) -> None:
         """Put the weights in Ray's object store once; every rollout worker loads them."""
         weights = ray.put({name: tensor.detach().to("cpu") for name, tensor in state.items()})
-        ray.get([worker.sync.remote(weights, version) for worker in self.rollout_workers])
+        self._all([worker.sync.remote(weights, version) for worker in self.rollout_workers])
         self.version = version
 
     def checksum(self) -> str:
-        sums: list[str] = ray.get([worker.checksum.remote() for worker in self.rollout_workers])
+        sums: list[str] = self._all([worker.checksum.remote() for worker in self.rollout_workers])
         if len(set(sums)) > 1:
             raise RuntimeError(f"weight sync failed at version {self.version}: rollout workers differ")
         return sums[0]
 
     def metrics(self) -> dict[str, float]:
         """Each engine counter averaged over the rollout workers."""
-        rows: list[dict[str, float]] = ray.get([w.metrics.remote() for w in self.rollout_workers])
+        rows: list[dict[str, float]] = self._all([w.metrics.remote() for w in self.rollout_workers])
         keys = dict.fromkeys(key for row in rows for key in row)
         return {key: statistics.fmean(row[key] for row in rows if key in row) for key in keys}
 
@@ -327,7 +248,7 @@ class RayEngine:
 
     def rng_state(self) -> Any:
         """One worker's state as one process would save it; several workers' under `rollout_workers`."""
-        states = ray.get([worker.rng_state.remote() for worker in self.rollout_workers])
+        states = self._all([worker.rng_state.remote() for worker in self.rollout_workers])
         return states[0] if len(states) == 1 else {"rollout_workers": states}
 
     def set_rng_state(self, state: Any) -> None:
@@ -339,68 +260,4 @@ class RayEngine:
                 len(states),
                 len(self.rollout_workers),
             )
-        ray.get([w.set_rng_state.remote(s) for w, s in zip(self.rollout_workers, states, strict=False)])
-
-    # ------------------------------------------------------------ episodes
-
-    async def play_groups(
-        self, tasks: list[int], group_size: int, *, greedy: bool
-    ) -> tuple[list[list[Episode]], float, float]:
-        """`grpo.play_groups` on the actors: at most `concurrency` episodes in flight, each given to the
-        least busy environment and rollout workers (ties in turn), started in (task, k) order."""
-        slots = asyncio.Semaphore(self.config.concurrency)
-        env_load = _Load(len(self.env_workers))
-        engine_load = _Load(len(self.rollout_workers))
-
-        async def one(task: int, k: int) -> tuple[Episode, float]:
-            async with slots:
-                with env_load.pick() as e, engine_load.pick() as r:
-                    try:
-                        played: tuple[Episode, float] = await self.env_workers[e].play.remote(
-                            self.rollout_workers[r], greedy, self.policy_name, task, k
-                        )
-                    except RayActorError as exc:
-                        raise RayWorkerLost(
-                            f"an environment worker died {ACTOR_RESTARTS + 1} times (or could not start), "
-                            f"last while playing episode {task}-{k} of {self.config.env_id}: {exc}\nFix the "
-                            "cause (memory? a crashing sandbox?) and resume the run from its checkpoint"
-                        ) from exc
-                    return played
-
-        played = await asyncio.gather(*(one(t, k) for t in tasks for k in range(group_size)))
-        flat = [episode for episode, _ in played]
-        generation = sum(seconds for _, seconds in played)
-        groups = [flat[i * group_size : (i + 1) * group_size] for i in range(len(tasks))]
-        env_seconds = max(sum(e.wall_seconds for e in flat) - generation, 0.0)
-        return groups, generation, env_seconds
-
-
-class _Load:
-    """Episodes in flight per worker; `pick` chooses the least busy one, ties taken in turn."""
-
-    def __init__(self, workers: int) -> None:
-        self.busy = [0] * workers
-        self.next = 0
-
-    @contextlib.contextmanager
-    def pick(self) -> Iterator[int]:
-        count = len(self.busy)
-        chosen = min(range(count), key=lambda i: (self.busy[i], (i - self.next) % count))
-        self.next = (chosen + 1) % count
-        self.busy[chosen] += 1
-        try:
-            yield chosen
-        finally:
-            self.busy[chosen] -= 1
-
-
-async def play_groups(
-    policy: Policy, tasks: list[int], group_size: int
-) -> tuple[list[list[Episode]], float, float]:
-    """What `grpo.play_groups` does when `ray: true`: the episodes of `policy`'s `RayEngine`, on Ray."""
-    if not isinstance(policy, EngineActorPolicy) or policy.engine is None:
-        raise TypeError(
-            f"with ray: true episodes are played with the policy of a RayEngine (grpo.make_engine builds "
-            f"one), not {type(policy).__name__}"
-        )
-    return await policy.engine.play_groups(tasks, group_size, greedy=policy.greedy)
+        self._all([w.set_rng_state.remote(s) for w, s in zip(self.rollout_workers, states, strict=False)])

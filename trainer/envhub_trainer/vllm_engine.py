@@ -28,7 +28,7 @@ from envhub.policies.batching import MicroBatcher
 from envhub.policies.hf import prompt_ids
 from envhub.text_format import parse_assistant_text
 from envhub.tools import ToolSpec
-from envhub_trainer.engine import weights_checksum
+from envhub_trainer.engine import InProcessEngine, weights_checksum
 
 
 class WeightSyncError(RuntimeError):
@@ -58,7 +58,7 @@ class VLLMPolicy(Policy):
         return Generation(message=parse_assistant_text(text), tokens=trace, model=self.engine.model_dir.name)
 
 
-class VLLMEngine:
+class VLLMEngine(InProcessEngine):
     """`vllm.LLM` in this process on a copy of the model; `sync` reloads it with the trainer's weights."""
 
     def __init__(

@@ -27,6 +27,7 @@ import torch
 from envhub.messages import user
 from envhub.policies.base import Policy
 from envhub.policies.openai import OpenAIPolicy
+from envhub_trainer.engine import InProcessEngine
 from envhub_trainer.vllm_engine import WeightSyncError
 
 SERVED_NAME = "policy"
@@ -44,7 +45,7 @@ def _free_port() -> int:
         return port
 
 
-class VLLMServerEngine:
+class VLLMServerEngine(InProcessEngine):
     """A vLLM OpenAI server (started here or at `url`) as the rollout engine, synced over HTTP."""
 
     def __init__(
