@@ -26,6 +26,7 @@ import contextlib
 import functools
 import mimetypes
 import random
+import secrets
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -46,10 +47,18 @@ from envhub_miniwob.solutions import SOLUTIONS, next_call
 ORIGIN = "http://miniwob.localhost"
 """The task pages' origin; requests to it are answered from the wheel, so no server runs."""
 METADATA_JS = (
-    "() => ({done: WOB_DONE_GLOBAL, env_reward: WOB_REWARD_GLOBAL, raw_reward: WOB_RAW_REWARD_GLOBAL, "
+    "(episode) => window.__envhubEpisode !== episode ? null : "
+    "({done: WOB_DONE_GLOBAL, env_reward: WOB_REWARD_GLOBAL, raw_reward: WOB_RAW_REWARD_GLOBAL, "
     "reason: WOB_REWARD_REASON === null ? null : String(WOB_REWARD_REASON)})"
 )
-"""miniwob's `SeleniumInstance.get_metadata` query, unchanged."""
+"""miniwob's `SeleniumInstance.get_metadata` query, asked only of the page this episode started: the
+agent's tools can navigate, and another task page (an easy one, solved) must not score this episode."""
+LEFT_THE_PAGE = {
+    "done": True,
+    "env_reward": 0.0,
+    "raw_reward": 0.0,
+    "reason": "the agent left the task page before it scored the episode",
+}
 START_JS = """
 ([seed, mode, limitMs]) => {
   if (limitMs !== null) core.EPISODE_MAX_TIME = limitMs;
@@ -129,6 +138,8 @@ class MiniWoBEnv(WebTasks):
         self.utterance = ""
         self.snapshot: Snapshot | None = None
         self.metadata: dict[str, Any] = {}
+        self._episode_mark = ""
+        """A fresh random mark set on the page each episode starts; the score is read only from it."""
 
     @property
     def task_info(self) -> MiniWoBTaskInfo:
@@ -167,12 +178,14 @@ class MiniWoBEnv(WebTasks):
     async def _start_episode(self) -> None:
         """Seed, start and wait for the task as miniwob's `SeleniumInstance.begin_task` does."""
         page = self._page
+        self._episode_mark = secrets.token_hex(16)
         limit_ms = None if self.time_limit is None else round(self.time_limit * 1000)
         seed = self.seed if self.seed is not None and abs(self.seed) < 2**53 else str(self.seed)
         try:
             await page.wait_for_function("() => typeof core !== 'undefined' && !!core.cover_div")
             await page.evaluate(START_JS, [seed, self.data_mode, limit_ms])
             await page.wait_for_function("() => WOB_TASK_READY === true")
+            await page.evaluate("(episode) => { window.__envhubEpisode = episode; }", self._episode_mark)
             utterance = await page.evaluate("() => core.getUtterance()")
         except PlaywrightError as exc:
             if self._browser_died(str(exc)):
@@ -202,8 +215,11 @@ class MiniWoBEnv(WebTasks):
         return Reaction(observation=reaction.observation, info=info)
 
     async def _read_metadata(self) -> dict[str, Any]:
-        metadata: dict[str, Any] = await self._guard(self._page.evaluate(METADATA_JS))
-        return metadata
+        """The page's score; a page this episode did not start (the agent navigated away) scores 0."""
+        metadata: dict[str, Any] | None = await self._guard(
+            self._page.evaluate(METADATA_JS, self._episode_mark)
+        )
+        return dict(LEFT_THE_PAGE) if metadata is None else metadata
 
     # --- rewards: the page's own ------------------------------------------------------------------
 

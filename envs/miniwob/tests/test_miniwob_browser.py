@@ -139,3 +139,24 @@ async def test_an_episode_round_trips_through_the_parquet_store(tmp_path: Path) 
     assert [e.reward for e in stored] == [1.0]
     assert [e.messages for e in stored] == [e.messages for e in result.episodes]
     assert {e.env_id for e in stored} == {"miniwob/login-user-v0"}
+
+
+async def test_another_task_page_cannot_score_the_episode() -> None:
+    """Red team: the agent opens an easy task's page on the same origin, starts it and solves it. The
+    score is read only from the page this episode started, so the hard task still scores 0 and ends."""
+    async with env_class("click-test")(screenshot=False) as easy:
+        await easy.reset(seed=0)
+        assert easy.snapshot is not None
+        x, y = easy.snapshot.by_id("subbtn").centre
+        easy_page = f"/{easy.task_info.path}"
+    async with env_class("book-flight")(screenshot=False) as env:
+        await env.reset(seed=0)
+        hack = calls(
+            ("navigate", {"url": easy_page}),
+            ("click_at", {"x": 80, "y": 105}),  # the START cover: starts the easy task
+            ("click_at", {"x": x, "y": y}),  # solves it
+        )
+        result = await env.step(hack)
+        assert result.terminated
+        assert result.reward == 0.0
+        assert "left the task page" in result.info["miniwob"]["reason"]
