@@ -79,7 +79,8 @@ class SWEEnv(envhub.ToolEnv):
         super().__init__(max_turns=max_turns)
         self.dataset = dataset
         self.instances = select(load(dataset, split=split, path=path), instance=instance)
-        self.runtime_kind: RuntimeKind = runtime or "local"
+        self.runtime_kind: RuntimeKind | None = runtime
+        """None: the row's official image where the Docker engine holds it, else a local workspace."""
         self.workspaces = Path(workspaces) if workspaces else None
         self.timeout_s = timeout_s
         """The longest one command of the episode may run, grading's tests included (official: 1800 s)."""
@@ -102,10 +103,19 @@ class SWEEnv(envhub.ToolEnv):
         """The runtime and host workspace of `instance`: swe-mini's bundles, a prepared checkout, or
         (docker, None) the row's official image's own /testbed."""
         if self.dataset == "swe-mini":
-            return mini_runtime(self.runtime_kind, timeout_s=self.timeout_s), mini_workspace(instance)
+            return mini_runtime(self.runtime_kind or "local", timeout_s=self.timeout_s), mini_workspace(
+                instance
+            )
+        from envhub_swe.auto import ensure_workspace, official_image_ready
         from envhub_swe.prepare import prepared
 
-        return prepared(instance, self.workspaces, self.runtime_kind, timeout_s=self.timeout_s)
+        kind = self.runtime_kind
+        if kind is None:
+            kind = "docker" if self.workspaces is None and official_image_ready(instance) else "local"
+        workspaces = self.workspaces
+        if kind == "local" and workspaces is None:  # nothing given: prepared into the cache on first use
+            workspaces = ensure_workspace(instance, timeout_s=self.timeout_s)
+        return prepared(instance, workspaces, kind, timeout_s=self.timeout_s)
 
     async def setup(self, rng: random.Random) -> str:
         await self._close_sandbox()
