@@ -213,3 +213,17 @@ def test_export_for_trl_sft_and_grpo(tmp_path: Path) -> None:
     assert loaded[0]["messages"][2]["tool_calls"][0]["function"]["name"] == "add"
     with pytest.raises(ValueError, match="choose 'sft'"):
         export_trl(root, sft, kind="dpo")  # type: ignore[arg-type]
+
+
+async def test_a_rollout_stores_the_tool_schemas_the_policy_saw(tmp_path: Path) -> None:
+    """The runner fills the `tools` column from the env: arithmetic's calculator tools, by name."""
+    import pandas as pd
+
+    from envhub import make
+    from envhub.policies import OraclePolicy
+    from envhub.rollout import plan, rollout
+
+    await rollout("arithmetic", OraclePolicy(), episodes=plan(1, seed=0), out=tmp_path / "batch")
+    (row,) = pd.read_parquet(tmp_path / "batch").to_dict("records")
+    names = sorted(tool["function"]["name"] for tool in row["tools"])
+    assert names == sorted(t.name for t in make("arithmetic").tools) and names

@@ -216,6 +216,7 @@ async def run_episode(
         **base,
         seed=info.get("seed", seed),
         prompt=observation,
+        tools=list(env.tools),  # the schemas the policy saw: the stored `tools` column (docs/episodes.md)
         turns=turns,
         reward=sum(t.reward for t in turns),
         reward_components=components,
