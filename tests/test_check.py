@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from typer.testing import CliRunner
@@ -220,7 +220,7 @@ def test_an_id_whose_reference_never_moves_skips_the_oracle() -> None:
 class Scored(Echo):
     """A game score, not a success rate: the reference earns 5 on every episode."""
 
-    reference_reward: float | None = 5.0
+    reference_reward: ClassVar[float | None] = 5.0
 
     @envhub.reward
     def exact(self, answer: str) -> float:

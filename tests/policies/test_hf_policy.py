@@ -12,11 +12,11 @@ import pytest
 import envhub
 from envhub.messages import user
 from envhub.policies import TokenTrace, TransformersPolicy, hf
-from envhub.trace import token_drift
 from envhub.records import Episode
 from envhub.rollout.runner import run_episode
 from envhub.testing.tiny_model import QWEN_STYLE_TEMPLATE
 from envhub.text_format import parse_assistant_text
+from envhub.trace import token_drift
 
 
 def traces(episode: Episode) -> list[TokenTrace]:
