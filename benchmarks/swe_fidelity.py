@@ -16,7 +16,7 @@ For each instance (default: `INSTANCES`, across Lite's repositories), from a rea
 4. the table: gold and empty verdicts of both, and every listed test whose outcome differs.
 
 Instances that cannot run here are listed with the reason (no clone, a commit the snapshot lacks, no
-interpreter of the spec's version, a conda-only environment, a failed install).
+interpreter of the spec's version, a download from a host this machine cannot reach, a failed install).
 """
 
 from __future__ import annotations
@@ -67,8 +67,9 @@ INSTANCES = (
     # sympy (bin/test, its own summary format)
     "sympy__sympy-13480", "sympy__sympy-18532", "sympy__sympy-20154", "sympy__sympy-20590",
     "sympy__sympy-21614", "sympy__sympy-23262", "sympy__sympy-24066", "sympy__sympy-24152",
-    # xarray (a conda environment.yml environment)
-    "pydata__xarray-4094",
+    # xarray (a conda environment.yml environment, translated for pip)
+    "pydata__xarray-3364", "pydata__xarray-4094", "pydata__xarray-4248", "pydata__xarray-4493",
+    "pydata__xarray-5131",
 )  # fmt: skip
 """The set measured in docs/swe.md: 9 of Lite's 12 repositories, each runtime's edge cases (src layouts,
 generated version modules, console scripts, tox, Pythons 3.6 to 3.11), and the ones that cannot run here,
