@@ -73,7 +73,7 @@ INSTANCES = (
 )  # fmt: skip
 """The set measured in docs/swe.md: 9 of Lite's 12 repositories, each runtime's edge cases (src layouts,
 generated version modules, console scripts, tox, Pythons 3.6 to 3.11), and the ones that cannot run here,
-so that their reasons are shown. One pass over all of it takes about 50 minutes on 2 cores."""
+so that their reasons are shown. One pass over all of it takes about 2 hours on 2 busy cores."""
 
 TIMEOUT_S = 1800.0
 NEEDS_INTERNET = re.compile(
