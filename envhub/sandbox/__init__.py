@@ -10,18 +10,20 @@ Backends: `local` (bubblewrap, the embedded default), `docker` (the `docker` ext
 
 from __future__ import annotations
 
-import os
 from collections.abc import Generator
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
-from envhub.sandbox.base import Command, ExecResult, Sandbox, SandboxError, SandboxUnavailable
+from envhub.sandbox.backends import BACKENDS, Backend, create
+from envhub.sandbox.base import Command, Sandbox
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport
 from envhub.sandbox.pool import SandboxPool
+from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
 from envhub.sandbox.worker import PythonWorker
 
 __all__ = [
     "BACKENDS",
+    "Backend",
     "Command",
     "Enforcement",
     "ExecResult",
@@ -35,33 +37,6 @@ __all__ = [
     "open",
 ]
 
-Backend = Literal["auto", "local", "docker", "e2b"]
-BACKENDS: tuple[str, ...] = ("local", "docker", "e2b")
-
-
-async def _create(
-    backend: Backend, policy: IsolationPolicy, image: str | None, options: dict[str, Any]
-) -> Sandbox:
-    if backend == "auto":
-        backend = "e2b" if os.environ.get("E2B_API_KEY") else "local"
-    if backend in BACKENDS:
-        policy.check_backend(backend)  # options only some backends can honour are refused, never ignored
-    if backend == "local":
-        from envhub.sandbox.local import LocalSandbox
-
-        if image is not None:
-            raise ValueError("the local backend runs the host's /usr and takes no image; use docker or e2b")
-        return await LocalSandbox.create(policy, **options)
-    if backend == "docker":
-        from envhub.sandbox.docker import DockerSandbox
-
-        return await DockerSandbox.create(policy, image=image, **options)
-    if backend == "e2b":
-        from envhub.sandbox.e2b import E2BSandbox
-
-        return await E2BSandbox.create(policy, template=image, **options)
-    raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {', '.join(('auto', *BACKENDS))}")
-
 
 class _Opening:
     """What `open` returns: await it for a sandbox, or use it as `async with` to close it on exit."""
@@ -71,10 +46,10 @@ class _Opening:
         self._sandbox: Sandbox | None = None
 
     def __await__(self) -> Generator[Any, None, Sandbox]:
-        return _create(*self._args).__await__()
+        return create(*self._args).__await__()
 
     async def __aenter__(self) -> Sandbox:
-        self._sandbox = await _create(*self._args)
+        self._sandbox = await create(*self._args)
         return self._sandbox
 
     async def __aexit__(

@@ -1,4 +1,4 @@
-"""The `Sandbox` contract every backend keeps, and the result of running a command in one."""
+"""The `Sandbox` contract every backend keeps; what a command gives back is in `results`."""
 
 from __future__ import annotations
 
@@ -11,34 +11,15 @@ from pathlib import PurePosixPath
 from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict
-
-from envhub.core import InfrastructureError
 from envhub.sandbox.policy import IsolationPolicy, IsolationReport
+from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
+from envhub.sandbox.worker import PythonWorker
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from envhub.sandbox.worker import PythonWorker
-
 Command = str | Sequence[str]
 """A shell string (run by `/bin/sh -c`) or an argv list (run as is, no shell)."""
-
-
-class SandboxError(InfrastructureError):
-    """The sandbox itself failed (could not start, lost its container); not the command inside it."""
-
-
-class SandboxUnavailable(SandboxError):
-    """The backend cannot run on this machine; the message says what to install or set."""
-
-
-class SandboxTimeout(SandboxError):
-    """A host-side wait on the sandbox ran past its bound; what it waited on was killed or abandoned.
-
-    Every wait of the host (a pipe write, a worker's reply, a cleanup) has a bound, so a wedged sandbox
-    costs the host at most that long, never forever.
-    """
 
 
 MAX_TREE_DEPTH = 256
@@ -64,28 +45,6 @@ def not_regular(path: str, mode: int) -> PermissionError:
     return PermissionError(
         f"{path} is a {kind}, not a regular file; the host only reads and writes regular files"
     )
-
-
-class ExecResult(BaseModel):
-    """One command's outcome and what it cost. Output is decoded as UTF-8, bad bytes replaced."""
-
-    model_config = ConfigDict(frozen=True)
-
-    stdout: str
-    stderr: str
-    exit_code: int
-    """The command's exit status; 128+N when a signal N ended it, -1 when the sandbox killed it."""
-    timed_out: bool = False
-    oom_killed: bool = False
-    output_truncated: bool = False
-    wall_time_s: float
-    cpu_time_s: float | None = None
-    """CPU time of every process the command started; None where the backend cannot measure it."""
-    peak_memory_bytes: int | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out and not self.oom_killed
 
 
 def to_argv(command: Command) -> list[str]:
@@ -185,8 +144,6 @@ class Sandbox(ABC):
 
     async def python(self, *, python: str = "python3") -> PythonWorker:
         """A persistent Python interpreter in this sandbox: state survives between `run` calls."""
-        from envhub.sandbox.worker import PythonWorker
-
         worker = PythonWorker(self, python=python)
         await worker.start()
         return worker

@@ -10,9 +10,7 @@ import os
 import shutil
 from typing import Any
 
-from envhub.sandbox.base import (
-    SandboxUnavailable,
-)
+from envhub.sandbox.results import SandboxUnavailable
 
 INSTALL_HINT = (
     "the local sandbox backend needs bubblewrap: `apt-get install bubblewrap` (Debian/Ubuntu), "

@@ -30,18 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from envhub.sandbox import seccomp
-from envhub.sandbox.base import (
-    MAX_TREE_DEPTH,
-    Command,
-    ExecResult,
-    Sandbox,
-    SandboxError,
-    SandboxUnavailable,
-    not_regular,
-    sandbox_path,
-    to_argv,
-)
+from envhub.sandbox.base import MAX_TREE_DEPTH, Command, Sandbox, not_regular, sandbox_path, to_argv
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport, MiB
+from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
 
 if TYPE_CHECKING:
     import docker

@@ -17,16 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from envhub.sandbox.base import (
-    Command,
-    ExecResult,
-    Sandbox,
-    SandboxError,
-    SandboxUnavailable,
-    sandbox_path,
-    to_argv,
-)
+from envhub.sandbox.base import Command, Sandbox, sandbox_path, to_argv
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport
+from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
 
 REMOTE_GRACE_S = 10.0
 

@@ -21,15 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 from envhub.sandbox import seccomp
-from envhub.sandbox.base import (
-    Command,
-    ExecResult,
-    Sandbox,
-    SandboxError,
-    SandboxTimeout,
-    sandbox_path,
-    to_argv,
-)
+from envhub.sandbox.base import Command, Sandbox, sandbox_path, to_argv
 from envhub.sandbox.bwrap import (
     DEFAULT_PATH,
     ETC_FILES,
@@ -40,6 +32,7 @@ from envhub.sandbox.bwrap import (
 )
 from envhub.sandbox.libc import become_subreaper, reap, umount
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport, MiB
+from envhub.sandbox.results import ExecResult, SandboxError, SandboxTimeout
 from envhub.sandbox.safe_files import download_beneath, read_beneath, upload_beneath, write_beneath
 from envhub.sandbox.scratch import (
     CLEANUP_TIMEOUT_S,

@@ -14,13 +14,12 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
-from envhub.sandbox.base import Sandbox, SandboxError
+from envhub.sandbox.backends import Backend, create
+from envhub.sandbox.base import Sandbox
 from envhub.sandbox.policy import IsolationPolicy
-
-if TYPE_CHECKING:
-    from envhub.sandbox import Backend
+from envhub.sandbox.results import SandboxError
 
 log = logging.getLogger(__name__)
 
@@ -66,15 +65,13 @@ class SandboxPool:
         await asyncio.gather(*(self._add_idle() for _ in range(self.warm)))
 
     async def _create(self) -> Sandbox:
-        from envhub.sandbox import _create
-
         async with self._rate_lock:
             loop = asyncio.get_running_loop()
             delay = self._next_create - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
             self._next_create = max(loop.time(), self._next_create) + self._interval
-        sandbox = await _create(self.backend, self.policy, self.image, dict(self._options))
+        sandbox = await create(self.backend, self.policy, self.image, dict(self._options))
         self.created += 1
         self._alive.add(sandbox)
         return sandbox

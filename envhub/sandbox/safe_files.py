@@ -12,11 +12,8 @@ import stat
 import time
 from pathlib import Path
 
-from envhub.sandbox.base import (
-    MAX_TREE_DEPTH,
-    SandboxTimeout,
-    not_regular,
-)
+from envhub.sandbox.base import MAX_TREE_DEPTH, not_regular
+from envhub.sandbox.results import SandboxTimeout
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 

@@ -12,12 +12,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from envhub.sandbox.base import (
-    SandboxError,
-    SandboxTimeout,
-)
 from envhub.sandbox.libc import mount_tmpfs, umount
 from envhub.sandbox.policy import IsolationPolicy, MiB
+from envhub.sandbox.results import SandboxError, SandboxTimeout
 from envhub.sandbox.safe_files import DIR_FLAGS
 
 CLEANUP_TIMEOUT_S = 60.0

@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import Protocol, Self
 
 from pydantic import ValidationError
 
-from envhub.sandbox.base import ExecResult, SandboxError
-
-if TYPE_CHECKING:
-    from envhub.sandbox.base import Sandbox
+from envhub.sandbox.policy import IsolationPolicy
+from envhub.sandbox.results import ExecResult, SandboxError
 
 _SERVER = (Path(__file__).parent / "_repl.py").read_text()
 KILL_GRACE_S = 2.0
@@ -33,13 +32,27 @@ class ReplResult(ExecResult):
     session_lost: bool = False
 
 
+class Spawner(Protocol):
+    """What the worker needs of its sandbox: the policy's limits and a piped process inside it.
+
+    Named here rather than taken as `Sandbox`, since `Sandbox.python()` builds the worker: the sandbox
+    module imports this one, and this one needs nothing of it.
+    """
+
+    policy: IsolationPolicy
+
+    async def _spawn(
+        self, argv: list[str], *, env: Mapping[str, str] | None = None
+    ) -> asyncio.subprocess.Process: ...
+
+
 class PythonWorker:
     """A live interpreter in a sandbox. Get one with `await sandbox.python()`.
 
     `run` calls are serialised; after a lost session the next `run` starts a fresh interpreter.
     """
 
-    def __init__(self, sandbox: Sandbox, *, python: str = "python3") -> None:
+    def __init__(self, sandbox: Spawner, *, python: str = "python3") -> None:
         self._sandbox = sandbox
         self._python = python
         self._proc: asyncio.subprocess.Process | None = None
