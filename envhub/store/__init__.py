@@ -2,8 +2,9 @@
 
 from envhub.records import episode_id
 from envhub.store.batch import BatchExistsError, BatchMismatchError, BatchStore
+from envhub.store.batch_spec import BatchSpec
 from envhub.store.export import export_trl
-from envhub.store.manifest import MANIFEST, STATE_DIR, BatchSpec, Manifest, load_manifest, manifest_path
+from envhub.store.manifest import MANIFEST, STATE_DIR, Manifest, load_manifest, manifest_path
 from envhub.store.reader import load_table, read_episodes, to_hf_dataset, to_pandas
 from envhub.store.schema import SCHEMA, SCHEMA_VERSION, episode_from_row, episode_row
 from envhub.store.shards import JOURNAL

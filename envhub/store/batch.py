@@ -24,11 +24,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from envhub.records import Episode, episode_id, episode_order
+from envhub.store.batch_spec import BatchSpec
 from envhub.store.manifest import (
     LEGACY_MANIFEST,
     MANIFEST,
     STATE_DIR,
-    BatchSpec,
     Manifest,
     load_manifest,
     save_manifest,

@@ -13,10 +13,10 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field
 
+from envhub.store.batch_spec import BatchSpec
 from envhub.store.schema import SCHEMA_VERSION
 
 STATE_DIR = ".envhub"
@@ -24,15 +24,6 @@ MANIFEST = f"{STATE_DIR}/manifest.json"
 """Where the manifest lives, relative to the batch directory."""
 LEGACY_MANIFEST = "manifest.json"
 """Where folders of schema version 1 keep it: beside the shards, where dataset readers trip on it."""
-
-
-class BatchSpec(BaseModel):
-    """The settings that define a batch: resuming with different ones would mix two batches."""
-
-    env_id: str
-    env_kwargs: dict[str, Any] = Field(default_factory=dict)
-    policy: str
-    seed: int | None
 
 
 class ShardInfo(BaseModel):

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
 from envhub.messages import ImagePart, Message, TextPart, ToolCall
 from envhub.records import Episode, token_samples
+from envhub.store.batch_spec import BatchSpec
 from envhub.tools import ToolSpec
-
-if TYPE_CHECKING:
-    from envhub.store.manifest import BatchSpec
 
 SCHEMA_VERSION = 2
 

@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 from pydantic import ValidationError
 
 from envhub.records import Episode, episode_order
-from envhub.store.manifest import STATE_DIR, BatchSpec, ShardInfo, write_atomically
+from envhub.store.batch_spec import BatchSpec
+from envhub.store.manifest import STATE_DIR, ShardInfo, write_atomically
 from envhub.store.schema import SCHEMA, SCHEMA_VERSION, episode_from_row, episodes_table
 
 SHARD_GLOB = "shard-*.parquet"
