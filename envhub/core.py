@@ -10,8 +10,10 @@ from abc import ABC, abstractmethod
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from envhub.env_spec import EnvSpec as EnvSpec  # part of the contract, defined apart (see env_spec)
+from envhub.env_spec import Provenance as Provenance
 from envhub.messages import Message
 from envhub.text_format import parse_assistant_text
 from envhub.tools import ToolSpec
@@ -24,33 +26,6 @@ Observation = list[Message]
 
 Action = Message | str | dict[str, Any]
 """An assistant message; a plain string is its text, a dict is read in OpenAI's wire format."""
-
-
-class Provenance(BaseModel):
-    """Where an environment came from, stored with every episode so results can be traced and compared."""
-
-    model_config = ConfigDict(frozen=True)
-
-    package: str | None = None
-    package_version: str | None = None
-    entry_point: str | None = None
-    data_source: str | None = None
-    default_sandbox: str | None = None
-
-
-class EnvSpec(BaseModel):
-    """The identity of a registered environment, as `envhub.make` resolved it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    namespace: str | None = None
-    name: str
-    version: int | None = None
-    max_turns: int | None = None
-    env_kwargs: dict[str, Any] = Field(default_factory=dict)
-    """The keyword arguments the environment was built with."""
-    provenance: Provenance = Field(default_factory=Provenance)
 
 
 class _Info(BaseModel):
@@ -191,7 +166,8 @@ class Env(ABC):
         return None
 
     def to_gymnasium(self, **kwargs: Any) -> GymnasiumEnv:
-        """A synchronous `gymnasium.Env` over this environment (needs the `gymnasium` extra)."""
+        """A synchronous `gymnasium.Env` over this environment (needs the `gymnasium` extra, so the
+        adapter is imported on the call; it imports nothing of this module)."""
         from envhub.gym_adapter import GymnasiumEnv
 
         return GymnasiumEnv(self, **kwargs)

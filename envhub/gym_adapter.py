@@ -4,7 +4,7 @@ Observations are the text of the new messages (and, when `image_shape` is given,
 an RGB array); actions are the assistant's text, with tool calls written as `<tool_call>` blocks.
 All adapters of a process share one background event loop, so the adapter also works inside a running
 loop (a notebook) without nesting loops; a forked process starts its own, since threads do not survive
-a fork. Every envhub id is also a gymnasium id (`gymnasium.make("envhub/arithmetic-v0")`).
+a fork. Making every envhub id a gymnasium id is `envhub.gym_registration`'s job.
 """
 
 from __future__ import annotations
@@ -18,19 +18,41 @@ from collections.abc import Coroutine, Sequence
 from ctypes import c_int32
 from multiprocessing.sharedctypes import SynchronizedArray
 from types import ModuleType
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import shared_memory
 
-import envhub
-from envhub.core import Env, EnvSpec
+from envhub.env_spec import EnvSpec
 from envhub.messages import Message
 from envhub.text_format import parse_assistant_text, render
+from envhub.tools import ToolSpec
 
 T = TypeVar("T")
+
+
+class AsyncEnv(Protocol):
+    """What the adapter drives: an envhub `Env`, as far as the adapter uses it.
+
+    Its shape, not `envhub.core.Env` itself: `Env.to_gymnasium` builds the adapter, so the core imports
+    this module and this module imports nothing of the core. `step` unpacks as the contract promises.
+    """
+
+    spec: EnvSpec | None
+
+    @property
+    def tools(self) -> list[ToolSpec]: ...
+
+    async def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[list[Message], dict[str, Any]]: ...
+
+    async def step(self, action: Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]: ...
+
+    async def close(self) -> None: ...
+
 
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -140,7 +162,7 @@ class GymnasiumEnv(gym.Env[Any, str]):
 
     def __init__(
         self,
-        env: Env,
+        env: AsyncEnv,
         *,
         max_length: int = 65_536,
         image_shape: tuple[int, int] | None = None,
@@ -179,16 +201,10 @@ class GymnasiumEnv(gym.Env[Any, str]):
 
     def step(self, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         message = parse_assistant_text(action) if isinstance(action, str) else action
-        result = _run(self.env.step(message))
+        observation, reward, terminated, truncated, info = _run(self.env.step(message))
         self.transcript.append(message)
-        self.transcript.extend(result.observation)
-        return (
-            self._observe(result.observation),
-            float(result.reward),
-            result.terminated,
-            result.truncated,
-            (result.info),
-        )
+        self.transcript.extend(observation)
+        return self._observe(observation), float(reward), terminated, truncated, info
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
@@ -218,45 +234,3 @@ class GymnasiumEnv(gym.Env[Any, str]):
 
         with Image.open(io.BytesIO(images[-1].data)) as picture:
             return np.asarray(picture.convert("RGB").resize((width, height)), dtype=np.uint8)
-
-
-def make_gymnasium_env(
-    env_id: str,
-    *,
-    max_length: int = 65_536,
-    image_shape: tuple[int, int] | None = None,
-    render_mode: str | None = None,
-    **kwargs: Any,
-) -> GymnasiumEnv:
-    """What `gymnasium.make("envhub/<id>", **kwargs)` builds: the envhub env (given kwargs), adapted."""
-    return GymnasiumEnv(
-        envhub.make(env_id, **kwargs),
-        max_length=max_length,
-        image_shape=image_shape,
-        render_mode=render_mode,
-    )
-
-
-setattr(make_gymnasium_env, "metadata", GymnasiumEnv.metadata)  # noqa: B010  (gymnasium.make reads it)
-
-
-def gymnasium_id(env_id: str) -> str:
-    """The gymnasium id of an envhub id: `envhub/<id>`, or the id itself when it has a namespace."""
-    return env_id if "/" in env_id else f"envhub/{env_id}"
-
-
-def register_gymnasium_envs() -> list[str]:
-    """Make every envhub id known so far a gymnasium id too; returns the ids added.
-
-    Registering imports no plugin: the env is made, through `envhub.make`, only when gymnasium makes it.
-    """
-    added = []
-    for env_id in envhub.registry.registrations():
-        name = gymnasium_id(env_id)
-        if name not in gym.registry:
-            gym.register(name, entry_point=f"{__name__}:make_gymnasium_env", kwargs={"env_id": env_id})
-            added.append(name)
-    return added
-
-
-register_gymnasium_envs()

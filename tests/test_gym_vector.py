@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 
 import envhub
-from envhub.gym_adapter import gymnasium_id
+from envhub.gym_registration import gymnasium_id
 
 DEADLINE = 300.0  # seconds; generous for a loaded 2-core machine, only ever reached by a hang
 
