@@ -30,7 +30,7 @@ from typing import Any
 
 from envhub.policies import Policy, load_policy
 from envhub.records import Episode
-from envhub.registration import Registration, registry
+from envhub.registration import Registration, UnknownEnvError, registry
 from envhub.rollout.runner import BatchResult, EnvWorker, EpisodeRef, RolloutLimits, as_refs
 
 PolicyFactory = Callable[[], Policy]
@@ -188,8 +188,12 @@ async def run_batch_ray(
 
 def driver_registration(env_id: str) -> Registration | None:
     """The registration to send to the actors: one made by `register()` with a class or function in
-    this process (a plugin's entry point, a "module:attr" string, each actor resolves itself)."""
-    registration = registry.resolve(env_id)
+    this process (a plugin's entry point, a "module:attr" string, each actor resolves itself, as it
+    does an id only the actors' own plugins know)."""
+    try:
+        registration = registry.resolve(env_id)
+    except UnknownEnvError:
+        return None
     if isinstance(registration.entry_point, str) or registration.package is not None:
         return None
     return registration
