@@ -1,27 +1,20 @@
 """Sandbox benchmark: plain subprocess vs the local backend vs Docker, side by side.
 
-python benchmarks/sandbox.py [--iterations N] [--no-docker]      (same as `envhub bench sandbox`)
+python benchmarks/sandbox.py [--iterations N] [--no-docker] [--image IMAGE]
+
+The entry point is `envhub bench sandbox`; this script runs that same command (same options, same
+table), and the measuring is `envhub/sandbox/bench.py`'s alone.
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 
-from rich.console import Console
-
-from envhub.sandbox.bench import run_benchmark
+from envhub.cli import app
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--iterations", type=int, default=50)
-    parser.add_argument("--no-docker", action="store_true", help="skip Docker even when an engine is present")
-    parser.add_argument("--image", default=None, help="Docker image (default envhub/python:3-bookworm)")
-    args = parser.parse_args()
-    docker = False if args.no_docker else None
-    Console().print(run_benchmark(args.iterations, docker=docker, image=args.image))
+    app(["bench", "sandbox", *sys.argv[1:]], prog_name="envhub")
 
 
 if __name__ == "__main__":

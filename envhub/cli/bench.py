@@ -1,4 +1,8 @@
-"""`envhub bench ...`: the benchmarks of `benchmarks/`, from the installed command."""
+"""`envhub bench ...`: the benchmarks that ship with envhub, from the installed command.
+
+`envhub bench sandbox` is the sandbox benchmark's entry point (benchmarks/sandbox.py runs it); what it
+measures, and how, is `envhub/sandbox/bench.py`.
+"""
 
 from __future__ import annotations
 
