@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).parent
+"""On the path for every suite, whatever pytest's import mode: `tests.envhub_testkit` is what tests/ and
+envs/*/tests share that plugin authors do not need (what they do is in `envhub.testing`)."""
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 
 @dataclass(frozen=True)

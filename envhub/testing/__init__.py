@@ -1,5 +1,10 @@
-"""Test doubles that behave like the real thing: a scripted OpenAI-compatible server, tiny local models.
+"""Test doubles for plugin authors: real processes and models, not mocks (docs/authoring.md, "Testing").
 
-They live in the package, not in `tests/`, so that plugin authors and later test suites (the LLM judge,
-the trainer) can reuse them.
+- `openai_server.OpenAIServer`: an OpenAI-compatible server process with scripted replies and faults,
+  to test an LLM judge or a model-backed policy without a model;
+- `reward_server.RewardServer`: a reward model served over envhub's scoring protocol;
+- `tiny_model.tiny_chat_model`, `tiny_reward_model.tiny_reward_model`: two-layer models built on the spot
+  (nothing downloaded), for tests that need a real transformers model.
+
+What only envhub's own suites use lives in `tests/envhub_testkit`, outside the package.
 """

@@ -22,16 +22,14 @@ class ServerProcess:
 
     @classmethod
     def launch(cls, module: str, args: list[str], *, host: str, timeout: float, what: str) -> Self:
-        """Start `module` on a free port of `host` and wait until it listens (or fail with its stderr)."""
-        source_root = str(Path(__file__).resolve().parents[2])
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [source_root, os.environ.get("PYTHONPATH")])),
-        }
+        """Start `module` on a free port of `host` and wait until it listens (or fail with its stderr).
+
+        The module is found as this interpreter finds it: envhub installed, as plugin authors have it.
+        """
         command = [sys.executable, "-m", module, *args, "--host", host, "--port", "0"]
         # stderr goes to a file, not a pipe: a pipe nobody reads would fill and stall the server
         with tempfile.TemporaryFile(mode="w+") as errors:
-            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True)
             assert process.stdout is not None
             ready, _, _ = select.select([process.stdout], [], [], timeout)
             line = process.stdout.readline() if ready else ""
@@ -68,7 +66,10 @@ class ServerProcess:
 
 def ray_actor_pids(name: str) -> set[int]:
     """Processes of Ray actors of class `name` that descend from this process (other sessions' do not),
-    found through /proc: a test kills them to check that an actor's death is survived."""
+    found through /proc: a test kills them to check that an actor's death is survived.
+
+    envhub's own tests' helper, not an author's: it belongs in `tests.envhub_testkit` and moves there
+    once trainer/tests/test_ray_rollout.py imports it from there."""
     found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -1,4 +1,4 @@
-"""What this process's sandboxes left behind: the leak check of the sandbox suites, for any test suite.
+"""What this process's sandboxes left behind: the leak check of the sandbox suites, for every suite here.
 
 Only this process's own: other envhub users on the same host (another test run, a rollout job) have
 sandboxes, slots and scratch areas of their own, which come and go while a test runs.

@@ -9,7 +9,7 @@ import pytest
 
 import envhub.sandbox as sandbox
 from envhub.sandbox import IsolationPolicy, Sandbox
-from envhub.testing.leaks import sandbox_footprint
+from tests.envhub_testkit.leaks import sandbox_footprint
 
 DOCKER_IMAGE = os.environ.get("ENVHUB_SANDBOX_IMAGE", "envhub/python:3-bookworm")
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from envhub.sandbox import IsolationPolicy, SandboxError, SandboxPool
-from envhub.testing.leaks import sandbox_footprint
+from tests.envhub_testkit.leaks import sandbox_footprint
 
 
 async def test_prewarms_and_replaces_used_sandboxes() -> None:

@@ -20,7 +20,7 @@ from envhub.messages import Message, ToolCall
 from envhub.policies import OraclePolicy, RandomPolicy
 from envhub.rollout import run_batch, run_episode
 from envhub.sandbox import Sandbox
-from envhub.testing.leaks import sandbox_footprint
+from tests.envhub_testkit.leaks import sandbox_footprint
 
 ENV = "tool-use"
 
