@@ -30,6 +30,9 @@ NAMESPACE_GROUP = "envhub.namespaces"
 
 EnvFactory = Callable[..., Env]
 
+REMOTE_PREFIXES = ("ws://", "wss://", "http://", "https://")
+"""Ids that name an env served by `envhub serve` (envhub.serve.client plays them)."""
+
 
 class UnknownEnvError(KeyError):
     """No installed plugin or `register()` call provides this id."""
@@ -228,11 +231,20 @@ class Registry:
         return " ".join(lines)
 
     def spec(self, env_id: str) -> EnvSpec:
-        """The spec `make(env_id)` would give, without building the environment."""
+        """The spec `make(env_id)` would give, without building the environment (a URL asks its server)."""
+        if env_id.startswith(REMOTE_PREFIXES):
+            from envhub.serve.client import fetch_spec  # websockets and httpx only when a URL is made
+
+            return fetch_spec(env_id)
         return self._spec(self.resolve(env_id), {}, None)
 
     def make(self, env_id: str, *, max_turns: int | None = None, **kwargs: Any) -> Env:
-        """Build a fresh environment; keyword arguments go to its constructor."""
+        """Build a fresh environment; keyword arguments go to its constructor (or, for a URL such as
+        `ws://host:port/ID`, to the env `envhub serve` makes there)."""
+        if env_id.startswith(REMOTE_PREFIXES):
+            from envhub.serve.client import RemoteEnv
+
+            return RemoteEnv(env_id, max_turns=max_turns, kwargs=kwargs)
         registration = self.resolve(env_id)
         factory = self._load(registration)
         env = factory(**{**registration.kwargs, **kwargs})

@@ -1,0 +1,283 @@
+"""The `envhub serve` app: Starlette on uvicorn, one websocket session per episode.
+
+Each session makes its own env, so episodes never share state; `--max-sessions` bounds how many live
+at once (one more is refused with a `busy` error the client raises as an InfrastructureError), and a
+session silent for longer than the lease is reaped so a vanished client cannot hold a slot forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import uvicorn
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from envhub.core import Env, EpisodeStateError
+from envhub.registration import registry
+from envhub.serve import protocol as p
+
+
+@dataclass
+class ServeState:
+    """What the sessions share: the ids served, the limits, and the counters `/metrics` reports."""
+
+    env_ids: dict[str, str]
+    """Every accepted spelling of a served id (as given, as resolved) → the resolved id."""
+    max_sessions: int = 256
+    token: str | None = None
+    lease_seconds: float = 300.0
+    active: int = 0
+    counts: Counter[str] = field(default_factory=Counter)
+    step_seconds: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+
+    def served(self) -> list[str]:
+        return sorted(set(self.env_ids.values()))
+
+    def refusal(self, authorization: str | None, env_id: str) -> p.Error | None:
+        """Why a new session may not open, or None when it may (checked in this order)."""
+        if self.token is not None and not hmac.compare_digest(
+            (authorization or "").encode(), f"Bearer {self.token}".encode()
+        ):
+            return p.Error(
+                kind="auth", message="the server needs a token: send 'Authorization: Bearer TOKEN'"
+            )
+        if env_id not in self.env_ids:
+            return p.Error(
+                kind="unknown_env",
+                message=f"this server does not serve {env_id!r}; it serves {self.served()}",
+            )
+        if self.active >= self.max_sessions:
+            return p.Error(
+                kind="busy",
+                message=f"the server is full ({self.max_sessions} sessions); retry later or start "
+                "another server with more --max-sessions",
+            )
+        return None
+
+
+_CLOSE_CODE = {"auth": p.CLOSE_AUTH, "unknown_env": p.CLOSE_UNKNOWN_ENV, "busy": p.CLOSE_BUSY}
+
+
+def create_app(
+    env_ids: list[str], *, max_sessions: int = 256, token: str | None = None, lease_seconds: float = 300.0
+) -> Starlette:
+    """The ASGI app serving `env_ids`; unknown ids fail here, before anything listens."""
+    if max_sessions < 1:
+        raise ValueError(f"--max-sessions must be at least 1, got {max_sessions}")
+    if lease_seconds <= 0:
+        raise ValueError(f"--lease must be positive, got {lease_seconds}")
+    accepted: dict[str, str] = {}
+    for given in env_ids:
+        resolved = registry.spec(given).id
+        accepted[given] = accepted[resolved] = resolved
+    state = ServeState(accepted, max_sessions=max_sessions, token=token, lease_seconds=lease_seconds)
+    app = Starlette(
+        routes=[
+            Route("/health", _health),
+            Route("/metrics", _metrics),
+            Route("/{env_id:path}", _describe),
+            WebSocketRoute("/{env_id:path}", _session),
+        ]
+    )
+    app.state.serve = state
+    return app
+
+
+async def _health(request: Request) -> JSONResponse:
+    state: ServeState = request.app.state.serve
+    return JSONResponse(
+        {
+            "status": "ok",
+            "envs": state.served(),
+            "sessions": state.active,
+            "max_sessions": state.max_sessions,
+        }
+    )
+
+
+async def _metrics(request: Request) -> JSONResponse:
+    state: ServeState = request.app.state.serve
+    steps = state.counts["steps"]
+    return JSONResponse(
+        {
+            "sessions_active": state.active,
+            "max_sessions": state.max_sessions,
+            "uptime_seconds": time.monotonic() - state.started,
+            "mean_step_seconds": state.step_seconds / steps if steps else None,
+            **dict(state.counts),
+        }
+    )
+
+
+async def _describe(request: Request) -> JSONResponse:
+    """An env's spec and tools without a session: what `envhub.spec(URL)` reads."""
+    state: ServeState = request.app.state.serve
+    env_id = request.path_params["env_id"]
+    refusal = state.refusal(request.headers.get(p.TOKEN_HEADER), env_id)
+    if refusal is not None and refusal.kind != "busy":
+        status = 401 if refusal.kind == "auth" else 404
+        return JSONResponse(refusal.model_dump(mode="json"), status_code=status)
+    env = await asyncio.to_thread(registry.make, state.env_ids[env_id])
+    try:
+        assert env.spec is not None  # registry.make sets it
+        hello = p.Hello(spec=env.spec, tools=env.tools, lease_seconds=state.lease_seconds)
+    finally:
+        await env.close()
+    return JSONResponse(hello.model_dump(mode="json"))
+
+
+async def _session(ws: WebSocket) -> None:
+    state: ServeState = ws.app.state.serve
+    env_id = ws.path_params["env_id"]
+    await ws.accept()
+    refusal = state.refusal(ws.headers.get(p.TOKEN_HEADER), env_id)
+    if refusal is not None:
+        state.counts[f"refused_{refusal.kind}"] += 1
+        await ws.send_text(refusal.model_dump_json())
+        await ws.close(code=_CLOSE_CODE[refusal.kind], reason=refusal.kind)
+        return
+    state.active += 1  # no await since the check above: the count cannot overshoot
+    state.counts["sessions_opened"] += 1
+    session = _Session(state, state.env_ids[env_id])
+    try:
+        await session.serve(ws)
+    finally:
+        state.active -= 1
+        await session.close()
+
+
+class _Session:
+    """One episode's env and the frames that drive it."""
+
+    def __init__(self, state: ServeState, env_id: str) -> None:
+        self.state, self.env_id = state, env_id
+        self.env: Env | None = None
+
+    async def serve(self, ws: WebSocket) -> None:
+        while True:
+            try:
+                text = await asyncio.wait_for(ws.receive_text(), self.state.lease_seconds)
+            except TimeoutError:
+                self.state.counts["sessions_reaped"] += 1
+                message = f"the session was idle past its lease ({self.state.lease_seconds:g} s) and closed"
+                await ws.send_text(p.Error(kind="lease", message=message).model_dump_json())
+                await ws.close(code=p.CLOSE_LEASE, reason="lease")
+                return
+            except WebSocketDisconnect:
+                return
+            try:
+                frame = p.client_frame.validate_json(text)
+            except ValidationError as exc:
+                await ws.send_text(p.Error(kind="bad_request", message=str(exc)).model_dump_json())
+                continue
+            if isinstance(frame, p.Close):
+                await ws.close()
+                return
+            reply = await self.answer(frame)
+            try:
+                await ws.send_text(reply.model_dump_json())
+            except PydanticSerializationError as exc:  # an info value JSON cannot carry
+                error = p.Error(kind="infrastructure", message=f"the env's answer is not JSON: {exc}")
+                await ws.send_text(error.model_dump_json())
+
+    async def answer(self, frame: p.Open | p.Reset | p.Step | p.Reference) -> _Reply:
+        """The reply to one frame; the env's own exceptions become errors that keep their kind."""
+        if self.env is None and not isinstance(frame, p.Open):
+            return p.Error(
+                kind="episode_state", message="open the session (send 'open') before anything else"
+            )
+        try:
+            if isinstance(frame, p.Open):
+                return await self.open(frame)
+            if isinstance(frame, p.Reset):
+                return await self.reset(frame)
+            if isinstance(frame, p.Step):
+                return await self.step(frame)
+            return await self.reference(frame)
+        except EpisodeStateError as exc:
+            return p.Error(kind="episode_state", message=str(exc))
+        except Exception as exc:  # the env's own failure: the client raises it as an InfrastructureError
+            self.state.counts["env_errors"] += 1
+            return p.Error(kind="infrastructure", message=f"{type(exc).__name__}: {exc}")
+
+    async def open(self, frame: p.Open) -> p.Hello | p.Error:
+        if self.env is not None:
+            return p.Error(kind="bad_request", message="the session is already open")
+        try:
+            self.env = await asyncio.to_thread(
+                registry.make, self.env_id, max_turns=frame.max_turns, **frame.kwargs
+            )
+        except (TypeError, ValueError) as exc:  # the caller's options: not retryable, said as given
+            return p.Error(kind="bad_request", message=f"{type(exc).__name__}: {exc}")
+        assert self.env.spec is not None  # registry.make sets it
+        return p.Hello(spec=self.env.spec, tools=self.env.tools, lease_seconds=self.state.lease_seconds)
+
+    async def reset(self, frame: p.Reset) -> p.ResetDone:
+        assert self.env is not None
+        observation, info = await self.env.reset(seed=frame.seed, options=frame.options)
+        self.state.counts["episodes"] += 1
+        return p.ResetDone(observation=observation, info=info)
+
+    async def step(self, frame: p.Step) -> p.StepDone:
+        assert self.env is not None
+        started = time.perf_counter()
+        result = await self.env.step(frame.action())
+        self.state.step_seconds += time.perf_counter() - started
+        self.state.counts["steps"] += 1
+        return p.StepDone(
+            observation=result.observation,
+            reward=result.reward,
+            terminated=result.terminated,
+            truncated=result.truncated,
+            info=result.info,
+        )
+
+    async def reference(self, frame: p.Reference) -> p.ReferenceDone:
+        assert self.env is not None
+        action = await asyncio.to_thread(self.env.reference_action, frame.messages)
+        return p.ReferenceDone(action=None if action is None else p.Step.of(action))
+
+    async def close(self) -> None:
+        if self.env is not None:
+            with contextlib.suppress(Exception):  # the session is over either way
+                await self.env.close()
+            self.env = None
+
+
+_Reply = p.Hello | p.ResetDone | p.StepDone | p.ReferenceDone | p.Error
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the bound address once it listens (port 0 asks the OS for one)."""
+
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[str, int], None] | None) -> None:
+        super().__init__(config)
+        self.on_ready = on_ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.on_ready is not None:
+            bound_host, bound_port = self.servers[0].sockets[0].getsockname()[:2]
+            self.on_ready(bound_host, bound_port)
+
+
+async def serve(
+    app: Starlette, *, host: str, port: int, on_ready: Callable[[str, int], None] | None = None
+) -> None:
+    """Run `app` until interrupted; `on_ready(host, port)` is told the bound port (port 0 picks one)."""
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=64 * 2**20)
+    await _Server(config, on_ready).serve()
