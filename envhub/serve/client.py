@@ -10,6 +10,7 @@ carries one episode's state into the next. Imports nothing of the registry (whic
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -23,7 +24,6 @@ except ImportError as exc:  # the registry imports this module for any URL id
     raise ImportError(f"remote envs need the serve extra: pip install 'envhub-core[serve]' ({exc})") from exc
 
 from envhub.core import Action, Env, EnvSpec, EpisodeStateError, InfrastructureError, Observation, StepResult
-from envhub.env_spec import Provenance
 from envhub.messages import Message
 from envhub.serve import protocol as p
 from envhub.tools import ToolSpec
@@ -65,16 +65,24 @@ def remote_spec(base: str, served: EnvSpec) -> EnvSpec:
 
 
 def fetch_spec(url: str, *, token: str | None = None) -> EnvSpec:
-    """The spec `make(url)` would give, asked of the server over HTTP (what `envhub.spec(url)` calls)."""
+    """The spec `envhub.spec(url)` gives: the server's, asked over HTTP, seen from here."""
     base, env_id = split_url(url)
+    return remote_spec(base, _served_spec(base, env_id, _headers(token).get("Authorization")))
+
+
+@functools.lru_cache(maxsize=256)
+def _served_spec(base: str, env_id: str, authorization: str | None) -> EnvSpec:
+    """The served env's spec, asked once per server, id and token: `make(url)` is synchronous, so each
+    call it saves is a round trip that would otherwise block the event loop of a batch."""
     http_base = base.replace("ws", "http", 1)
+    headers = {"Authorization": authorization} if authorization else {}
     try:
-        response = httpx.get(f"{http_base}/{env_id}", headers=_headers(token), timeout=30)
+        response = httpx.get(f"{http_base}/{env_id}", headers=headers, timeout=30)
     except httpx.HTTPError as exc:
         raise InfrastructureError(f"could not reach the env server at {http_base}: {exc}") from exc
     if response.status_code != 200:
-        _raise(p.Error.model_validate(response.json()), url)
-    return remote_spec(base, p.Hello.model_validate(response.json()).spec)
+        _raise(p.Error.model_validate(response.json()), f"{base}/{env_id}")
+    return p.Description.model_validate(response.json()).spec
 
 
 def _headers(token: str | None) -> dict[str, str]:
@@ -117,14 +125,13 @@ class RemoteEnv(Env):
         self._lock = asyncio.Lock()
         if max_turns is not None:
             self.max_turns = max_turns
-        # Until the first session says more, the spec is what the URL tells.
-        self.spec = EnvSpec(
-            id=self.url,
-            name=self.env_id,
-            max_turns=max_turns,
-            env_kwargs=self.kwargs,
-            provenance=Provenance(entry_point=f"remote {self.url}"),
+        # The server's spec from the start (the runner records it before reset); each session's
+        # hello refreshes it with what the env was made with there (its max_turns).
+        served = _served_spec(self.base, self.env_id, self._headers.get("Authorization"))
+        self.spec = remote_spec(self.base, served).model_copy(
+            update={"max_turns": max_turns, "env_kwargs": self.kwargs}
         )
+        self.url = self.spec.id
 
     @property
     def tools(self) -> list[ToolSpec]:

@@ -105,6 +105,12 @@ class Hello(_Frame):
     lease_seconds: float
 
 
+class Description(_Frame):
+    """`GET /ID`: the served env's spec as `envhub.spec(ID)` gives it there, without making the env."""
+
+    spec: EnvSpec
+
+
 class ResetDone(_Frame):
     type: Literal["reset_done"] = "reset_done"
     observation: list[Message]

@@ -44,6 +44,18 @@ class ServeState:
     step_seconds: float = 0.0
     started: float = field(default_factory=time.monotonic)
 
+    def resolve(self, env_id: str) -> str | None:
+        """The served id a client's spelling means (`guess-number` → `guess-number-v0`), or None."""
+        if env_id not in self.env_ids:
+            try:
+                resolved = registry.spec(env_id).id
+            except Exception:  # any id the registry cannot read is simply not served here
+                return None
+            if resolved not in self.served():
+                return None
+            self.env_ids[env_id] = resolved
+        return self.env_ids[env_id]
+
     def served(self) -> list[str]:
         return sorted(set(self.env_ids.values()))
 
@@ -55,7 +67,7 @@ class ServeState:
             return p.Error(
                 kind="auth", message="the server needs a token: send 'Authorization: Bearer TOKEN'"
             )
-        if env_id not in self.env_ids:
+        if self.resolve(env_id) is None:
             return p.Error(
                 kind="unknown_env",
                 message=f"this server does not serve {env_id!r}; it serves {self.served()}",
@@ -124,27 +136,30 @@ async def _metrics(request: Request) -> JSONResponse:
 
 
 async def _describe(request: Request) -> JSONResponse:
-    """An env's spec and tools without a session: what `envhub.spec(URL)` reads."""
+    """An env's spec without a session (no env is made): what `envhub.spec(URL)` and `make(URL)` read."""
     state: ServeState = request.app.state.serve
     env_id = request.path_params["env_id"]
     refusal = state.refusal(request.headers.get(p.TOKEN_HEADER), env_id)
     if refusal is not None and refusal.kind != "busy":
         status = 401 if refusal.kind == "auth" else 404
         return JSONResponse(refusal.model_dump(mode="json"), status_code=status)
-    env = await asyncio.to_thread(registry.make, state.env_ids[env_id])
-    try:
-        assert env.spec is not None  # registry.make sets it
-        hello = p.Hello(spec=env.spec, tools=env.tools, lease_seconds=state.lease_seconds)
-    finally:
-        await env.close()
-    return JSONResponse(hello.model_dump(mode="json"))
+    description = p.Description(spec=registry.spec(state.env_ids[env_id]))  # resolved by refusal()
+    return JSONResponse(description.model_dump(mode="json"))
 
 
 async def _session(ws: WebSocket) -> None:
+    """Accept, read the client's `open`, then refuse it (auth, unknown id, full) or serve the episode.
+
+    The refusal answers the first frame rather than greeting the client, so the client reads it as
+    the reply it awaits instead of finding the socket closed under its first send.
+    """
     state: ServeState = ws.app.state.serve
-    env_id = ws.path_params["env_id"]
     await ws.accept()
-    refusal = state.refusal(ws.headers.get(p.TOKEN_HEADER), env_id)
+    try:
+        first = await asyncio.wait_for(ws.receive_text(), state.lease_seconds)
+    except (TimeoutError, WebSocketDisconnect):
+        return
+    refusal = state.refusal(ws.headers.get(p.TOKEN_HEADER), ws.path_params["env_id"])
     if refusal is not None:
         state.counts[f"refused_{refusal.kind}"] += 1
         await ws.send_text(refusal.model_dump_json())
@@ -152,9 +167,9 @@ async def _session(ws: WebSocket) -> None:
         return
     state.active += 1  # no await since the check above: the count cannot overshoot
     state.counts["sessions_opened"] += 1
-    session = _Session(state, state.env_ids[env_id])
+    session = _Session(state, state.env_ids[ws.path_params["env_id"]])  # resolved by refusal()
     try:
-        await session.serve(ws)
+        await session.serve(ws, first)
     finally:
         state.active -= 1
         await session.close()
@@ -167,32 +182,42 @@ class _Session:
         self.state, self.env_id = state, env_id
         self.env: Env | None = None
 
-    async def serve(self, ws: WebSocket) -> None:
-        while True:
-            try:
-                text = await asyncio.wait_for(ws.receive_text(), self.state.lease_seconds)
-            except TimeoutError:
-                self.state.counts["sessions_reaped"] += 1
-                message = f"the session was idle past its lease ({self.state.lease_seconds:g} s) and closed"
-                await ws.send_text(p.Error(kind="lease", message=message).model_dump_json())
-                await ws.close(code=p.CLOSE_LEASE, reason="lease")
-                return
-            except WebSocketDisconnect:
-                return
+    async def serve(self, ws: WebSocket, first: str) -> None:
+        """Answer frames, starting with `first`, until the client closes, leaves or idles past the lease."""
+        text: str | None = first
+        while text is not None:
             try:
                 frame = p.client_frame.validate_json(text)
             except ValidationError as exc:
                 await ws.send_text(p.Error(kind="bad_request", message=str(exc)).model_dump_json())
-                continue
-            if isinstance(frame, p.Close):
-                await ws.close()
-                return
-            reply = await self.answer(frame)
-            try:
-                await ws.send_text(reply.model_dump_json())
-            except PydanticSerializationError as exc:  # an info value JSON cannot carry
-                error = p.Error(kind="infrastructure", message=f"the env's answer is not JSON: {exc}")
-                await ws.send_text(error.model_dump_json())
+            else:
+                if isinstance(frame, p.Close):
+                    await ws.close()
+                    return
+                await self.send(ws, await self.answer(frame))
+            text = await self.receive(ws)
+
+    async def receive(self, ws: WebSocket) -> str | None:
+        """The next frame's text; None when the client left, or idled past the lease (then reaped)."""
+        try:
+            return await asyncio.wait_for(ws.receive_text(), self.state.lease_seconds)
+        except WebSocketDisconnect:
+            return None
+        except TimeoutError:
+            self.state.counts["sessions_reaped"] += 1
+            message = f"the session was idle past its lease ({self.state.lease_seconds:g} s) and closed"
+            await ws.send_text(p.Error(kind="lease", message=message).model_dump_json())
+            await ws.close(code=p.CLOSE_LEASE, reason="lease")
+            return None
+
+    async def send(self, ws: WebSocket, reply: _Reply) -> None:
+        try:
+            text = reply.model_dump_json()
+        except PydanticSerializationError as exc:  # an info value JSON cannot carry
+            text = p.Error(
+                kind="infrastructure", message=f"the env's answer is not JSON: {exc}"
+            ).model_dump_json()
+        await ws.send_text(text)
 
     async def answer(self, frame: p.Open | p.Reset | p.Step | p.Reference) -> _Reply:
         """The reply to one frame; the env's own exceptions become errors that keep their kind."""
