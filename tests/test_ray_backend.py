@@ -40,8 +40,12 @@ def local_ray(plugin_site: Path) -> Iterator[None]:
 
 
 def content(episode: Episode) -> dict[str, Any]:
-    """Everything an episode records except when it ran and how long it took."""
-    return episode.model_dump(exclude={"started_at", "wall_seconds"})
+    """Everything an episode records except when it ran and how long it took (its turns' policy time too)."""
+    untimed = [
+        turn.model_copy(update={"info": {k: v for k, v in turn.info.items() if k != "policy_seconds"}})
+        for turn in episode.turns
+    ]
+    return episode.model_copy(update={"turns": untimed}).model_dump(exclude={"started_at", "wall_seconds"})
 
 
 async def test_ray_plays_the_same_episodes_as_the_local_runner(local_ray: None) -> None:
