@@ -10,6 +10,7 @@ carries one episode's state into the next. Imports nothing of the registry (whic
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 from typing import Any, TypeVar
@@ -172,11 +173,9 @@ class RemoteEnv(Env):
     async def close(self) -> None:
         socket, self._socket = self._socket, None
         if socket is not None:
-            try:
+            with contextlib.suppress(ConnectionClosed, OSError):  # already gone: nothing to release
                 await socket.send(p.Close().model_dump_json())
                 await socket.close()
-            except (ConnectionClosed, OSError):
-                pass  # already gone: nothing left to release here
 
     async def _open(self) -> None:
         try:

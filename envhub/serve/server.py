@@ -170,6 +170,8 @@ async def _session(ws: WebSocket) -> None:
     session = _Session(state, state.env_ids[ws.path_params["env_id"]])  # resolved by refusal()
     try:
         await session.serve(ws, first)
+    except WebSocketDisconnect:
+        pass  # the client left mid-answer: its episode is over, the env is closed below
     finally:
         state.active -= 1
         await session.close()
@@ -192,8 +194,7 @@ class _Session:
                 await ws.send_text(p.Error(kind="bad_request", message=str(exc)).model_dump_json())
             else:
                 if isinstance(frame, p.Close):
-                    await ws.close()
-                    return
+                    return  # Starlette closes the socket once the handler returns
                 await self.send(ws, await self.answer(frame))
             text = await self.receive(ws)
 
