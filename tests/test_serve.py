@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,9 @@ TOKEN = "s3cret"
 
 LAUNCHER = textwrap.dedent(
     """
+    import os
     import sys
+    import time
     import envhub
 
     class Crashy(envhub.MultiTurnEnv):
@@ -50,20 +53,42 @@ LAUNCHER = textwrap.dedent(
         def said(self) -> float:
             return 0.0
 
+    class Stalls(envhub.MultiTurnEnv):
+        '''One turn, solved by 'done'; from seed 4 on it never answers while ENVHUB_TEST_STALL is set,
+        so a test can kill the server with episodes in flight.'''
+
+        def setup(self, rng):
+            return "say done"
+
+        def respond(self, text):
+            if self.seed >= 4 and os.environ.get("ENVHUB_TEST_STALL"):
+                time.sleep(3600)
+            return envhub.Reply(text="ok", done=True)
+
+        @envhub.reward
+        def said_done(self) -> float:
+            return 1.0
+
+        def reference_action(self, messages):
+            return "done"
+
     envhub.register("crashy-v0", Crashy)
+    envhub.register("stalls-v0", Stalls)
     from envhub.cli import app
-    app(["serve", "crashy-v0", "guess-number", "arithmetic", *sys.argv[1:]])
+    app(["serve", "crashy-v0", "stalls-v0", "guess-number", "arithmetic", *sys.argv[1:]])
     """
 )
 
 
 class Server:
-    """`envhub serve` in a child process, on a free loopback port."""
+    """`envhub serve` in a child process, on a free loopback port (or the `--port` in `args`)."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (closed by stop())
         command = [sys.executable, "-c", LAUNCHER, "--port", "0", *args]
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self.errors, text=True)
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=self.errors, text=True, env={**os.environ, **(env or {})}
+        )
         assert self.process.stdout is not None
         ready, _, _ = select.select([self.process.stdout], [], [], 60)
         line = self.process.stdout.readline() if ready else ""
@@ -185,7 +210,7 @@ async def test_an_id_the_server_does_not_serve_is_refused(server: Server) -> Non
 def test_health_and_metrics(server: Server) -> None:
     health = httpx.get(f"{server.http}/health").json()
     assert health["status"] == "ok"
-    assert health["envs"] == ["arithmetic-v0", "crashy-v0", "guess-number-v0"]
+    assert health["envs"] == ["arithmetic-v0", "crashy-v0", "guess-number-v0", "stalls-v0"]
     assert {"sessions_active", "max_sessions", "uptime_seconds"} <= set(metrics(server))
 
 
@@ -244,8 +269,8 @@ def untimed(episode: dict[str, Any]) -> dict[str, Any]:
     return episode
 
 
-def rollout(env_id: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "envhub", "rollout", env_id, "--policy", "oracle", "-n", "6"]
+def rollout(env_id: str, out: Path, *extra: str, episodes: int = 6) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "envhub", "rollout", env_id, "--policy", "oracle", "-n", str(episodes)]
     env = {**os.environ, "ENVHUB_SERVE_TOKEN": TOKEN}
     return subprocess.run(
         [*command, "--out", str(out), *extra], capture_output=True, text=True, env=env, timeout=240
@@ -270,3 +295,43 @@ def test_a_remote_rollout_stores_the_local_episodes_but_for_provenance(
         assert theirs.provenance.entry_point is not None
         assert theirs.provenance.entry_point.startswith("remote ws://")
     assert all(e.reward == 1.0 for e in remote)
+
+
+def test_a_server_killed_mid_batch_leaves_errors_that_a_resume_plays_again(tmp_path: Path) -> None:
+    """Episodes in flight when the server dies, and those after, are stored as infrastructure errors;
+    `--resume --retry-errors` against the restarted server plays exactly those: none lost, none twice."""
+    out = tmp_path / "batch"
+    server = Server(env={"ENVHUB_TEST_STALL": "1"})
+    port = server.base.rsplit(":", 1)[1]
+    url = f"{server.base}/stalls"
+    command = [sys.executable, "-m", "envhub", "rollout", url, "--policy", "oracle", "-n", "8"]
+    batch = subprocess.Popen(
+        [*command, "--concurrency", "2", "--retries", "0", "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        # Seeds 0-3 finish; 4 and 5 stall on the server. The pytest timeout bounds this wait.
+        while not (metrics(server).get("episodes", 0) >= 6 and metrics(server)["sessions_active"] == 2):
+            time.sleep(0.1)
+        server.process.kill()
+        batch.wait(timeout=120)
+    finally:
+        server.stop()
+        if batch.poll() is None:
+            batch.kill()
+    first = read_episodes(out)
+    assert [int(e.episode_id) for e in first if e.error is None] == [0, 1, 2, 3]
+    assert sorted(int(e.episode_id) for e in first if e.error is not None) == [4, 5, 6, 7]
+    assert {e.error.kind for e in first if e.error is not None} == {"env_error"}
+    assert any("dropped" in e.error.message for e in first if e.error is not None)
+
+    restarted = Server("--port", port)
+    try:
+        again = rollout(url, out, "--resume", "--retry-errors", episodes=8)
+    finally:
+        restarted.stop()
+    assert again.returncode == 0, again.stderr
+    stored = read_episodes(out)
+    assert sorted(int(e.episode_id) for e in stored) == list(range(8))  # none lost, none twice
+    assert all(e.error is None and e.reward == 1.0 for e in stored)
