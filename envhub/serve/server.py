@@ -47,6 +47,8 @@ class ServeState:
     def resolve(self, env_id: str) -> str | None:
         """The served id a client's spelling means (`guess-number` → `guess-number-v0`), or None."""
         if env_id not in self.env_ids:
+            if "://" in env_id:  # a URL would make this server a client of another: never served
+                return None
             try:
                 resolved = registry.spec(env_id).id
             except Exception:  # any id the registry cannot read is simply not served here
