@@ -280,9 +280,10 @@ def rollout(env_id: str, out: Path, *extra: str, episodes: int = 6) -> subproces
 def test_a_remote_rollout_stores_the_local_episodes_but_for_provenance(
     server: Server, tmp_path: Path
 ) -> None:
-    """`envhub rollout ws://...`: same seeds, oracle policy → the same stored turns and rewards."""
-    local_run = rollout("guess-number", tmp_path / "local")
-    remote_run = rollout(f"{server.base}/guess-number", tmp_path / "remote")
+    """`envhub rollout ws://...`: same seeds, same option, oracle policy → the same stored turns and
+    rewards (the option is checked by the server, not against a local constructor)."""
+    local_run = rollout("guess-number", tmp_path / "local", "--kwarg", "high=50")
+    remote_run = rollout(f"{server.base}/guess-number", tmp_path / "remote", "--kwarg", "high=50")
     assert local_run.returncode == 0, local_run.stderr
     assert remote_run.returncode == 0, remote_run.stderr
     local, remote = read_episodes(tmp_path / "local"), read_episodes(tmp_path / "remote")
