@@ -62,6 +62,7 @@ LEFT_THE_PAGE = {
 START_JS = """
 ([seed, mode, limitMs]) => {
   if (limitMs !== null) core.EPISODE_MAX_TIME = limitMs;
+  if (window.jQuery) window.jQuery.fx.off = true;  // no animation: one screenshot per seed
   Math.seedrandom(seed);
   core.setDataMode(mode);
   core.startEpisodeReal();
