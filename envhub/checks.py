@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import json
 import os
 import statistics
@@ -226,6 +227,41 @@ def _fingerprint(observation: Observation) -> str:
     )
 
 
+RENDER_NOISE = 2
+"""The most one colour channel of a pixel may differ between two renders of one page: a browser
+anti-aliases an element at a fractional position a level differently from one layout to the next."""
+
+
+def _same_observation(a: tuple[str, list[bytes]], b: tuple[str, list[bytes]]) -> bool:
+    """Equal fingerprints; or equal but for images that are the same picture up to render noise."""
+    if a[0] == b[0]:
+        return True
+    if _without_images(a[0]) != _without_images(b[0]) or len(a[1]) != len(b[1]):
+        return False
+    return all(x == y or _same_picture(x, y) for x, y in zip(a[1], b[1], strict=True))
+
+
+def _without_images(fingerprint: str) -> str:
+    return json.dumps([{**m, "images": len(m["images"])} for m in json.loads(fingerprint)], sort_keys=True)
+
+
+def _same_picture(a: bytes, b: bytes) -> bool:
+    """Two encoded images of one size whose pixels differ by at most RENDER_NOISE per channel."""
+    try:
+        from PIL import Image, ImageChops  # the browser and vision extras bring Pillow
+    except ImportError:
+        return False
+    try:
+        with Image.open(io.BytesIO(a)) as first, Image.open(io.BytesIO(b)) as second:
+            if first.size != second.size:
+                return False
+            difference = ImageChops.difference(first.convert("RGB"), second.convert("RGB"))
+    except OSError:  # not an image Pillow reads: only equal bytes are the same
+        return False
+    bands: tuple[tuple[int, int], ...] = difference.getextrema()  # type: ignore[assignment]
+    return all(high <= RENDER_NOISE for _, high in bands)
+
+
 def _first_difference(a: str, b: str) -> str:
     """Where two fingerprints part, with a little context, for a failure message."""
     at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
@@ -264,7 +300,7 @@ async def _reset_checks(
         reset = CheckResult(name=RESET, status="fail", detail=str(exc))
         seeded = CheckResult(name=SEEDED, status="skip", detail="no first observation to compare")
         return reset, seeded, _Declared(has_reference=False)
-    differing = [s for s in order if forwards[s] != backwards[s]]
+    differing = [s for s in order if not _same_observation(forwards[s], backwards[s])]
     if differing:
         seed = differing[0]
         reset = CheckResult(
@@ -273,13 +309,13 @@ async def _reset_checks(
             figure=f"{len(differing)} of {seeds} seeds differ",
             detail=(
                 f"reset(seed={seed}) gave two different first observations: "
-                f"{_first_difference(forwards[seed], backwards[seed])}. Draw everything random from the "
-                "seeded generator, and clear what the previous episode left"
+                f"{_first_difference(forwards[seed][0], backwards[seed][0])}. Draw everything random from "
+                "the seeded generator, and clear what the previous episode left"
             ),
         )
     else:
         reset = CheckResult(name=RESET, status="pass", figure=f"{seeds} seeds, twice each")
-    distinct = len(set(forwards.values()))
+    distinct = len({fingerprint for fingerprint, _ in forwards.values()})
     if seeds < 2:
         seeded = CheckResult(name=SEEDED, status="skip", detail="needs at least 2 seeds")
     elif distinct > 1:
@@ -305,14 +341,14 @@ class _ResetFailed(Exception):
 
 async def _first_observations(
     env_id: str, kwargs: dict[str, Any], order: Sequence[int], time_limit: float
-) -> tuple[dict[int, str], _Declared]:
-    """The first observation's fingerprint per seed, from one environment reset in `order`, and what
-    its class declares about its reference solution."""
+) -> tuple[dict[int, tuple[str, list[bytes]]], _Declared]:
+    """The first observation's fingerprint and images per seed, from one environment reset in `order`,
+    and what its class declares about its reference solution."""
     try:
         env = registry.make(env_id, **kwargs)
     except Exception as exc:
         raise _ResetFailed(f"making the env raised {type(exc).__name__}: {exc}") from exc
-    seen: dict[int, str] = {}
+    seen: dict[int, tuple[str, list[bytes]]] = {}
     try:
         for seed in order:
             try:
@@ -322,7 +358,7 @@ async def _first_observations(
                 raise _ResetFailed(f"reset(seed={seed}) took longer than {time_limit:g} s") from exc
             except Exception as exc:
                 raise _ResetFailed(f"reset(seed={seed}) raised {type(exc).__name__}: {exc}") from exc
-            seen[seed] = _fingerprint(observation)
+            seen[seed] = (_fingerprint(observation), [image.data for m in observation for image in m.images])
     finally:
         await env.close()
     return seen, _Declared.of(env)

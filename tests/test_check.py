@@ -3,6 +3,7 @@ with the failing check named, on the command line and in the library's report.""
 
 from __future__ import annotations
 
+import io
 import os
 import random
 from pathlib import Path
@@ -200,6 +201,54 @@ def test_images_that_differ_on_the_same_seed_fail_reset_determinism() -> None:
     report = check(registered("check-flicker-v0", FlickeringImage), episodes=1)
     assert [r.name for r in report.failures] == [RESET]
     assert report.result(RESET).figure == "3 of 3 seeds differ"
+
+
+def png(shade: int) -> bytes:
+    """A 20x10 grey picture whose one corner pixel has the given shade."""
+    from PIL import Image
+
+    picture = Image.new("RGB", (20, 10), (230, 230, 230))
+    picture.putpixel((0, 0), (shade, shade, shade))
+    out = io.BytesIO()
+    picture.save(out, format="PNG")
+    return out.getvalue()
+
+
+class RenderNoise(envhub.Env):
+    """A seeded page whose screenshot anti-aliases one pixel a level differently on every other render
+    (6 seeds forwards and backwards: each seed's two renders differ)."""
+
+    renders = 0
+
+    def render(self, shades: tuple[int, int]) -> bytes:
+        self.renders += 1
+        return png(shades[self.renders % 2])
+
+    async def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[envhub.Observation, dict[str, Any]]:
+        shot = ImagePart(data=self.render((230, 231)))
+        return [Message(role="user", content=[TextPart(text=f"Task {seed}: click it."), shot])], {}
+
+    async def step(self, action: envhub.Action) -> envhub.StepResult:
+        return envhub.StepResult([], 0.0, True, False, {})
+
+
+class ChangedPicture(RenderNoise):
+    """The same text each reset, but a visibly different picture: a seed that does not fix the page."""
+
+    async def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[envhub.Observation, dict[str, Any]]:
+        shot = ImagePart(data=self.render((0, 255)))
+        return [Message(role="user", content=[TextPart(text=f"Task {seed}: click it."), shot])], {}
+
+
+def test_render_noise_in_a_screenshot_is_not_a_different_observation() -> None:
+    report = check(registered("check-render-noise-v0", RenderNoise), seeds=6, episodes=1)
+    assert report.result(RESET).status == "pass", report.result(RESET).detail
+    changed = check(registered("check-changed-picture-v0", ChangedPicture), seeds=6, episodes=1)
+    assert changed.result(RESET).status == "fail"
 
 
 class SomeIdsHaveNoReference(Echo):
