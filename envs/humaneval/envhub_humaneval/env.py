@@ -3,7 +3,7 @@
 The answer is HumanEval's completion: it is appended to the problem's prompt, as the benchmark's own
 harness does (`prompt + completion`), so a reply may be the whole module, the function alone, or just
 its body. The grade is envhub-code's: the problem's own `check` assertions run by
-`envhub.verifiers.grade_python` in a fresh sandbox, canaries mixed in, reward 1 only when every
+`envhub.grading.grade_python` in a fresh sandbox, canaries mixed in, reward 1 only when every
 assertion holds (HumanEval's pass/fail), else 0.
 """
 
@@ -20,7 +20,7 @@ from envhub_humaneval.problems import humaneval_tasks, prompts
 class HumanEval(CodeSingle):
     """OpenAI's HumanEval: complete a Python function from its signature and docstring (164 problems).
 
-    Options: `task` (a problem: "HumanEval/17", or its index 17; else the seed draws one), `backend`
+    Options: `task` (a problem: "HumanEval/17", or its index 17; else seed s plays problem s % 164), `backend`
     (the grading sandbox), `partial_credit` (reward the fraction of assertions passed instead).
     """
 
@@ -52,6 +52,15 @@ class HumanEval(CodeSingle):
 
     def _find(self, task: str) -> CodeTask:
         return super()._find(task_id(task))
+
+    def _draw(self, rng: random.Random) -> CodeTask:
+        """Seed s plays HumanEval/(s % 164), so seeds 0..163 are the benchmark in its own order (and
+        `envhub check humaneval-v0 --seeds 164` covers every problem); a chosen `task` wins."""
+        if self.options.get("task", self.fixed_task) is None and self.seed is not None:
+            self.task = self.tasks[self.seed % len(self.tasks)]
+            self._grade = None
+            return self.task
+        return super()._draw(rng)
 
     def setup(self, rng: random.Random) -> str:
         task = self._draw(rng)

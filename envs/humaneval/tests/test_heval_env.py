@@ -37,6 +37,15 @@ async def test_the_same_seed_draws_the_same_problem_and_seeds_vary() -> None:
     assert len(set(firsts[1:])) > 1
 
 
+async def test_seed_s_plays_problem_s_so_164_seeds_cover_the_benchmark() -> None:
+    env = envhub.make("humaneval-v0")
+    played = []
+    for seed in (0, 17, 163, 164):
+        await env.reset(seed=seed)
+        played.append(env.task.id)  # type: ignore[attr-defined]
+    assert played == ["HumanEval/0", "HumanEval/17", "HumanEval/163", "HumanEval/0"]
+
+
 async def test_a_task_is_chosen_by_id_or_index_and_a_bad_index_is_refused() -> None:
     by_index = envhub.make("humaneval-v0", task=53)
     by_id = envhub.make("humaneval-v0", task="HumanEval/53")

@@ -10,7 +10,7 @@ import pytest
 from envhub_humaneval import humaneval_tasks, problem_rows
 from envhub_humaneval.problems import ITERATIONS, REWRITES
 
-from envhub.verifiers import grade_python
+from envhub.grading import grade_python
 
 WRONG = {
     "HumanEval/32": "def find_zero(xs: list):\n    return 0.0\n",
