@@ -15,11 +15,12 @@ from envhub.text_format import render
 from envhub.tools import ToolSpec
 
 
-def template_message(message: Message) -> dict[str, Any]:
+def template_message(message: Message, *, objects_only: bool = False) -> dict[str, Any]:
     """A message as Hugging Face chat templates expect it: tool-call arguments as objects, text only.
 
     Templates render arguments with `tojson`, so raw JSON text would come out quoted; images are left
-    out because the models served here read text only.
+    out because the models served here read text only. `objects_only`: arguments that are valid JSON but
+    not an object stay text, as TRL's datasets (`envhub.store.export`) carry objects only.
     """
     out: dict[str, Any] = {"role": message.role, "content": message.text}
     if message.tool_calls:
@@ -27,7 +28,7 @@ def template_message(message: Message) -> dict[str, Any]:
             {
                 "id": c.id,
                 "type": "function",
-                "function": {"name": c.name, "arguments": _arguments(c.arguments)},
+                "function": {"name": c.name, "arguments": _arguments(c.arguments, objects_only)},
             }
             for c in message.tool_calls
         ]
@@ -55,11 +56,12 @@ def prompt_ids(
     return [int(i) for i in ids]
 
 
-def _arguments(raw: str) -> Any:
+def _arguments(raw: str, objects_only: bool) -> Any:
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
     except json.JSONDecodeError:
         return raw  # broken JSON the model wrote stays as it was, so the template shows the same text
+    return raw if objects_only and not isinstance(value, dict) else value
 
 
 def conversation_text(tokenizer: Any, messages: list[Message], *, chat_template: bool = True) -> str:

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+from envhub.inference.chat_template import template_message
 from envhub.messages import Message
 from envhub.records import Episode
 from envhub.store.manifest import write_atomically
@@ -25,31 +26,9 @@ from envhub.store.reader import read_episodes
 ExportKind = Literal["sft", "grpo"]
 
 
-def _arguments(text: str) -> dict[str, Any] | str:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return text
-    return value if isinstance(value, dict) else text
-
-
 def trl_message(message: Message) -> dict[str, Any]:
     """A message as TRL's conversational datasets (and transformers' chat templates) expect it."""
-    out: dict[str, Any] = {"role": message.role, "content": message.text}
-    if message.tool_calls:
-        out["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": _arguments(c.arguments)},
-            }
-            for c in message.tool_calls
-        ]
-    if message.tool_call_id is not None:
-        out["tool_call_id"] = message.tool_call_id
-    if message.name is not None:
-        out["name"] = message.name
-    return out
+    return template_message(message, objects_only=True)
 
 
 def sft_row(episode: Episode) -> dict[str, Any]:
