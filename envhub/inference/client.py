@@ -20,6 +20,11 @@ RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 """Answers that mean "try again later": rate limiting and an overloaded or restarting server."""
 
 
+def bearer(token: str | None) -> dict[str, str]:
+    """The `Authorization` header that carries `token`, or no header without one (a local server)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 @dataclass(frozen=True)
 class Failure:
     """One attempt that is worth repeating; `kind` ("timeout", "unreachable" or the status) groups them."""

@@ -22,7 +22,7 @@ import httpx
 from pydantic import ValidationError
 
 from envhub.core import Env
-from envhub.inference.client import RequestNotSent, RetryingClient, ServerGaveUp, snippet
+from envhub.inference.client import RequestNotSent, RetryingClient, ServerGaveUp, bearer, snippet
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy, ToolFormat
 from envhub.text_format import parse_assistant_text, tool_prompt
@@ -177,13 +177,12 @@ class OpenAIPolicy(Policy):
         self.extra_body = dict(extra_body or {})
         self.tool_format: ToolFormat = tool_format
         self._token_fields = _TokenFields(logprobs)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = RetryingClient(
             timeout=timeout,
             max_retries=max_retries,
             backoff=backoff,
             max_backoff=max_backoff,
-            headers=headers,
+            headers=bearer(api_key),
             max_connections=max_connections,
         )
         self._previous_tokens: list[int] | None = None

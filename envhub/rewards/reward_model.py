@@ -27,7 +27,7 @@ from envhub.authoring.rewards import reward
 from envhub.core import InfrastructureError
 from envhub.inference.batching import MicroBatcher
 from envhub.inference.chat_template import conversation_text
-from envhub.inference.client import RequestNotSent, RetryingClient, ServerGaveUp, snippet
+from envhub.inference.client import RequestNotSent, RetryingClient, ServerGaveUp, bearer, snippet
 from envhub.messages import Message, TextPart, assistant
 from envhub.rewards.conversation import as_messages, encodable, middle_cut, split_answer
 
@@ -264,13 +264,12 @@ class HTTPRewardModel(_Scorer):
         self.timeout = timeout
         self.max_retries = max_retries
         self.max_batch = max_batch
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = RetryingClient(
             timeout=timeout,
             max_retries=max_retries,
             backoff=backoff,
             max_backoff=max_backoff,
-            headers=headers,
+            headers=bearer(api_key),
         )
 
     async def score_batch(self, items: Sequence[tuple[Prompt, str]]) -> list[float]:

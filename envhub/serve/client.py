@@ -25,6 +25,7 @@ except ImportError as exc:  # the registry imports this module for any URL id
     raise ImportError(f"remote envs need the serve extra: pip install 'envhub-core[serve]' ({exc})") from exc
 
 from envhub.core import Action, Env, EnvSpec, EpisodeStateError, InfrastructureError, Observation, StepResult
+from envhub.inference.client import bearer
 from envhub.messages import Message
 from envhub.serve import protocol as p
 from envhub.tools import ToolSpec
@@ -87,8 +88,7 @@ def _served_spec(base: str, env_id: str, authorization: str | None) -> EnvSpec:
 
 
 def _headers(token: str | None) -> dict[str, str]:
-    token = token if token is not None else os.environ.get(TOKEN_ENV)
-    return {"Authorization": f"Bearer {token}"} if token else {}
+    return bearer(token if token is not None else os.environ.get(TOKEN_ENV))
 
 
 def _raise(error: p.Error, url: str) -> None:
