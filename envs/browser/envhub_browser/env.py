@@ -126,6 +126,13 @@ class WebTasks(envhub.ToolEnv):
         self.final_answer, self.elements, self.blocked_requests = None, {}, 0
         origin = await self.server.start()
         self.server.site = self.site
+        await self._open_in_fresh_context(origin + self.site.start)
+        return [await self._observation(f"Task: {self.site.goal}\n\n")]
+
+    async def _open_in_fresh_context(self, url: str) -> None:
+        """A new browser context for the episode (nothing of the last one's cookies, storage or pages),
+        every request through the gate, and `url` loaded as its page; subclasses serving their own
+        pages (miniwob) start here."""
         await self._close_context()
         browser = await self._ensure_browser()
         context = self.context = await self._guard(
@@ -141,8 +148,7 @@ class WebTasks(envhub.ToolEnv):
         await self._guard(context.add_init_script(LEAVING_JS))
         self.page = await self._guard(context.new_page())
         self.page.on("load", self._loaded)
-        await self._open(origin + self.site.start)
-        return [await self._observation(f"Task: {self.site.goal}\n\n")]
+        await self._open(url)
 
     async def _open(self, url: str) -> None:
         """Load the start page, trying afresh `navigation_retries` more times when it does not come in time.

@@ -31,7 +31,6 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from envhub_browser import WebTasks
-from envhub_browser.env import LEAVING_JS
 from miniwob.reward import get_original_reward, get_raw_reward  # type: ignore[import-untyped]
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Route
@@ -155,22 +154,7 @@ class MiniWoBEnv(WebTasks):
         self.drawn = self.task
         self.final_answer, self.elements, self.blocked_requests = None, {}, 0
         self.snapshot, self.metadata = None, {}
-        await self._close_context()
-        browser = await self._ensure_browser()
-        context = self.context = await self._guard(
-            browser.new_context(
-                viewport={"width": self.width, "height": self.height},
-                service_workers="block",
-                accept_downloads=False,
-            )
-        )
-        context.set_default_timeout(self.action_timeout * 1000)
-        context.set_default_navigation_timeout(self.navigation_timeout * 1000)
-        await self._guard(context.route("**/*", self._gate))
-        await self._guard(context.add_init_script(LEAVING_JS))
-        self.page = await self._guard(context.new_page())
-        self.page.on("load", self._loaded)
-        await self._open(f"{ORIGIN}/{self.task_info.path}")
+        await self._open_in_fresh_context(f"{ORIGIN}/{self.task_info.path}")
         await self._start_episode()
         observation = await self._observation(f"Task: {self.utterance}\n\n")
         await self._take_snapshot()
