@@ -10,6 +10,7 @@ the test command starts, so nothing the agent submitted can know them.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import secrets
 import shlex
@@ -77,19 +78,8 @@ def plan(command: str, tests: Sequence[str], parser: str, exists: Mapping[str, b
         functions=parser == _SYMPY_PARSER,
     )
     if any("::" in arg for arg in _args(command)):
-        return _with_args(canaries, (f"{file}::{canaries.class_name}",))
+        return dataclasses.replace(canaries, extra_args=(f"{file}::{canaries.class_name}",))
     return canaries
-
-
-def _with_args(canaries: Canaries, args: tuple[str, ...]) -> Canaries:
-    return Canaries(
-        file=canaries.file,
-        class_name=canaries.class_name,
-        must_pass=canaries.must_pass,
-        must_fail=canaries.must_fail,
-        functions=canaries.functions,
-        extra_args=args,
-    )
 
 
 def candidates(command: str) -> list[str]:
