@@ -42,7 +42,7 @@ from rich.table import Table
 from train_cpu import Larger
 
 import envhub
-from envhub.policies.hf import template_message
+from envhub.inference.chat_template import template_message
 from envhub.text_format import parse_assistant_text
 
 ENV_ID = "larger-number-v0"

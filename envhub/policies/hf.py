@@ -21,15 +21,14 @@ from typing import Any, get_args
 
 from envhub.core import Env
 from envhub.inference.batching import MicroBatcher
-from envhub.inference.chat_template import prompt_ids, template_message
+from envhub.inference.chat_template import prompt_ids
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy, ToolFormat
 from envhub.text_format import parse_assistant_text, tool_prompt
 from envhub.tools import ToolSpec
 from envhub.trace import EpisodeTokens
 
-__all__ = ["TransformersPolicy", "prompt_ids", "template_message"]
-"""The chat-template helpers live in `envhub.inference.chat_template`; the trainer imports them here."""
+__all__ = ["TransformersPolicy"]
 
 INSTALL_HINT = "pip install 'envhub-core[hf]' (torch==2.13.0 and transformers)"
 

@@ -22,10 +22,10 @@ from typing import Any
 import torch
 
 from envhub.core import Env
+from envhub.inference.batching import MicroBatcher
+from envhub.inference.chat_template import prompt_ids
 from envhub.messages import Message
 from envhub.policies.base import EpisodeTokens, Generation, Policy
-from envhub.policies.batching import MicroBatcher
-from envhub.policies.hf import prompt_ids
 from envhub.text_format import parse_assistant_text
 from envhub.tools import ToolSpec
 from envhub_trainer.engine import InProcessEngine, weights_checksum

@@ -11,9 +11,10 @@ import pytest
 from envhub_trainer.samples import episode_samples
 
 import envhub
+from envhub.inference.chat_template import template_message
 from envhub.messages import Message, assistant, user
 from envhub.policies.base import TokenTrace, token_drift
-from envhub.policies.hf import TransformersPolicy, template_message
+from envhub.policies.hf import TransformersPolicy
 from envhub.records import Episode, Turn
 from envhub.rollout.runner import run_episode
 
