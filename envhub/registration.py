@@ -9,12 +9,18 @@ namespace instead, in the group `envhub.namespaces` (`"gym" = "module:factory_fo
 namespace that no `envhub.envs` entry names is resolved by calling `factory_for("FrozenLake-v1")`, which
 returns a factory or None. `gym:FrozenLake-v1` is read as `gym/FrozenLake-v1`, the form users of other
 hubs type. Such ids are made on demand, so `envhub list` shows only the ones declared statically.
+
+Envs written in another project's format (an OpenEnv server, a verifiers package, a Harbor task folder)
+are made by a format plugin, in the group `envhub.formats` (`"harbor" = "module:make_env"`): the id
+`harbor:PATH` is built by `make_env("PATH", max_turns=..., **kwargs)`. Such an id names no
+registration: it is its own spec, and every backend passes it on unchanged.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import re
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +33,7 @@ from envhub.index import RegistryIndex, default_index
 
 ENTRY_POINT_GROUP = "envhub.envs"
 NAMESPACE_GROUP = "envhub.namespaces"
+FORMAT_GROUP = "envhub.formats"
 
 EnvFactory = Callable[..., Env]
 
@@ -236,6 +243,9 @@ class Registry:
             from envhub.serve.client import fetch_spec  # websockets and httpx only when a URL is made
 
             return fetch_spec(env_id)
+        found = format_of(env_id)
+        if found is not None:
+            return _format_spec(env_id, found[0], found[1], {}, None)
         return self._spec(self.resolve(env_id), {}, None)
 
     def make(self, env_id: str, *, max_turns: int | None = None, **kwargs: Any) -> Env:
@@ -245,6 +255,9 @@ class Registry:
             from envhub.serve.client import RemoteEnv
 
             return RemoteEnv(env_id, max_turns=max_turns, kwargs=kwargs)
+        found = format_of(env_id)
+        if found is not None:
+            return _make_format(env_id, *found, max_turns=max_turns, kwargs=kwargs)
         registration = self.resolve(env_id)
         factory = self._load(registration)
         env = factory(**{**registration.kwargs, **kwargs})
@@ -303,6 +316,64 @@ class Registry:
                 "an entry point must name an Env subclass or a function returning an Env"
             )
         return target  # type: ignore[no-any-return]
+
+
+def format_of(env_id: str) -> tuple[metadata.EntryPoint, str] | None:
+    """The format plugin and target of an id such as `harbor:PATH`; None for any other id."""
+    prefix, colon, target = env_id.partition(":")
+    if not colon or not target or not _FORMAT_NAME.fullmatch(prefix) or env_id.startswith(REMOTE_PREFIXES):
+        return None
+    found = metadata.entry_points(group=FORMAT_GROUP, name=prefix)
+    ep = next(iter(found), None)
+    return None if ep is None else (ep, target)
+
+
+def is_external(env_id: str) -> bool:
+    """Whether an id is made without a registration (a URL or a format id): it is passed on as given,
+    and only the server or the format plugin can check its options."""
+    return env_id.startswith(REMOTE_PREFIXES) or format_of(env_id) is not None
+
+
+_FORMAT_NAME = re.compile(r"[a-z][a-z0-9_-]*")
+
+
+def _make_format(
+    env_id: str, ep: metadata.EntryPoint, target: str, *, max_turns: int | None, kwargs: dict[str, Any]
+) -> Env:
+    origin = f"plugin {ep.dist.name if ep.dist else 'unknown distribution'}"
+    try:
+        factory = ep.load()
+    except Exception as exc:
+        raise PluginImportError(
+            f"the format {ep.name!r} from {origin} could not be loaded from {ep.value!r}: "
+            f"{type(exc).__name__}: {exc}\nFix or reinstall that plugin; other environments are unaffected."
+        ) from exc
+    env = factory(target, max_turns=max_turns, **kwargs)
+    if not isinstance(env, Env):
+        raise TypeError(f"{ep.value} (from {origin}) built a {type(env).__name__}, not an envhub.Env")
+    if max_turns is not None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        env.max_turns = max_turns
+    env.spec = _format_spec(env_id, ep, target, kwargs, env.max_turns)
+    return env
+
+
+def _format_spec(
+    env_id: str, ep: metadata.EntryPoint, target: str, kwargs: dict[str, Any], max_turns: int | None
+) -> EnvSpec:
+    return EnvSpec(
+        id=env_id,
+        name=target,
+        max_turns=max_turns,
+        env_kwargs=dict(kwargs),
+        provenance=Provenance(
+            package=ep.dist.name if ep.dist else None,
+            package_version=ep.dist.version if ep.dist else None,
+            entry_point=ep.value,
+            data_source=target,
+        ),
+    )
 
 
 def _namespace_entry_point(namespace: str) -> metadata.EntryPoint | None:

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 
-from envhub.registration import REMOTE_PREFIXES, registry
+from envhub.registration import is_external, registry
 
 _NOT_OPTIONS = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL)
 
@@ -25,7 +25,7 @@ def check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
 
     Values the constructor checks itself (`steps must be at least 1`) are found when the env is made.
     """
-    if not kwargs or env_id.startswith(REMOTE_PREFIXES):  # a server checks its env's options itself
+    if not kwargs or is_external(env_id):  # a server or a format plugin checks its env's options itself
         return
     registration = registry.resolve(env_id)
     factory: Callable[..., Any] = registry._load(registration)  # imports the plugin, makes nothing
