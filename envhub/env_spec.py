@@ -21,6 +21,9 @@ class Provenance(BaseModel):
     entry_point: str | None = None
     data_source: str | None = None
     default_sandbox: str | None = None
+    lock_hash: str | None = None
+    """The combined hash of what the env ran on (code, data, sandbox, grader, registry entry), as
+    `envhub lock` writes it: equal hashes mean equal inputs (`envhub.lock`)."""
 
 
 class EnvSpec(BaseModel):

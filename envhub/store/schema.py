@@ -73,6 +73,7 @@ PROVENANCE = pa.struct(
         ("entry_point", pa.string()),
         ("data_source", pa.string()),
         ("default_sandbox", pa.string()),
+        ("lock_hash", pa.string()),  # envhub.lock; null in shards written before it (read back as None)
     ]
 )
 

@@ -1,0 +1,16 @@
+"""Lockfiles: pin what each env id runs on, and refuse a batch when any of it changed.
+
+`envhub lock ID... > envhub.lock` writes, per id, a content hash of five components (the plugin's code,
+its data files, the sandbox image or the local sandbox's interpreter, the grader's code and the
+registry entry; `envhub.lock.components` says exactly what each covers) and one combined hash. Every
+episode records the combined hash it ran under (`Provenance.lock_hash`), and
+`envhub rollout ID --locked envhub.lock` refuses to start when anything differs, naming what changed
+(`envhub.lock.lockfile`).
+
+This package's own import stays below the registry (the registry asks `lock_hash` for each spec it
+builds); the lockfile module, which resolves ids through the registry, is imported by name.
+"""
+
+from envhub.lock.components import COMPONENTS, Component, LockEntry, LockError, lock_entry, lock_hash
+
+__all__ = ["COMPONENTS", "Component", "LockEntry", "LockError", "lock_entry", "lock_hash"]
