@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 from rich.console import Console
 from rich.panel import Panel
@@ -47,8 +48,21 @@ def episode_header(episode: Episode) -> Text:
         f" · {ending}", style={"error": "red", "truncated": "yellow", "terminated": "green"}.get(ending)
     )
     line.append(f" · {len(episode.turns)} turn{'s' if len(episode.turns) != 1 else ''}")
+    if episode.provenance.lock_hash is not None:
+        line.append(f" · lock {episode.provenance.lock_hash}", style="dim")
     if episode.error is not None:
         line.append(f" · {episode.error.kind}: {episode.error.message}", style="red")
+    return line
+
+
+def lock_summary(episodes: list[Episode]) -> Text:
+    """Which lock hashes the episodes ran under (`envhub lock`): one line, each hash with its count."""
+    counts = Counter(e.provenance.lock_hash for e in episodes)
+    unknown = counts.pop(None, 0)
+    line = Text("lock: ", style="bold")
+    line.append(", ".join(f"{h} ({n} episode{'s' if n != 1 else ''})" for h, n in sorted(counts.items())))
+    if unknown:
+        line.append(("; " if counts else "") + f"{unknown} episode{'s' if unknown != 1 else ''} without one")
     return line
 
 

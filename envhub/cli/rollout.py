@@ -16,7 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from envhub.cli.app import USER_ERRORS, app, console, errors, fail, parse_kwargs
-from envhub.display import print_episode
+from envhub.display import lock_summary, print_episode
+from envhub.lock.lockfile import check as check_lock
 from envhub.policies import SPECS, Sampling, load_policy
 from envhub.records import Episode
 from envhub.registration import registry
@@ -135,6 +136,10 @@ def rollout(
             "or the address of a Ray cluster: auto, ray://HOST:PORT."
         ),
     ] = "local",
+    locked: Annotated[
+        Path | None,
+        typer.Option(help="A lockfile from `envhub lock`: refuse to run if anything it pins has changed."),
+    ] = None,
 ) -> None:
     """Generate a batch of episodes, with a progress bar and a summary table; resumable with --resume.
 
@@ -163,6 +168,8 @@ def rollout(
             retries=retries,
         )
         resolved = registry.spec(env_id).id
+        if locked is not None:
+            check_lock(locked, resolved, env_kwargs)  # before anything runs or is stored
         out = out or fresh_run_dir(resolved)
     except (*USER_ERRORS, ModuleNotFoundError, ValidationError) as exc:
         raise fail(exc) from exc
@@ -302,6 +309,7 @@ def show(
     if manifest is not None:
         state = "complete" if manifest.complete else "incomplete: run the rollout again with --resume"
         console.print(f"{manifest.episodes_done} of {manifest.episodes_requested} episodes ({state})")
+    console.print(lock_summary(episodes))
     table = Table(title=f"episodes (first {min(limit, len(episodes))} of {len(episodes)})")
     for column in ("id", "seed", "reward", "turns", "ending", "error"):
         table.add_column(column)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -326,6 +327,7 @@ def render_html(
         summary=summary,
         envs=sorted({e.env_id for e in episodes}),
         policies=sorted({e.policy for e in episodes}),
+        locks=sorted(Counter(e.provenance.lock_hash for e in episodes if e.provenance.lock_hash).items()),
         charts=charts,
         images_omitted=budget.omitted,
         episodes_json=_script_json(data),
