@@ -1,0 +1,21 @@
+"""Harbor task folders as envhub envs: `envhub.make("harbor:PATH")`, PATH a folder in Harbor's format
+(laude-institute/harbor, Terminal-Bench 2.0's: instruction.md, task.toml, environment/, tests/,
+solution/). Options: `runtime="docker"` (default: the task's Dockerfile built by the local engine) or
+`runtime="local"` (a bubblewrap sandbox, for plain Python Dockerfiles); `max_turns`.
+
+Nothing of the format is imported until an id of it is made.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from envhub.formats.harbor.env import HarborEnv
+
+
+def make_env(target: str, *, max_turns: int | None = None, **kwargs: Any) -> HarborEnv:
+    """The env of the task folder `target` (a path, relative to the working directory or absolute)."""
+    from envhub.formats.harbor.env import HarborEnv
+
+    return HarborEnv(target, max_turns=max_turns, **kwargs)

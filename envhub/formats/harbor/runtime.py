@@ -1,0 +1,412 @@
+"""Where a Harbor task runs: a container built from its Dockerfile, or a bubblewrap sandbox on this machine.
+
+Both give the env one `Workspace`: an open sandbox plus the paths Harbor's scripts use inside it
+(`/tests`, `/logs/verifier`, `/solution`, the working directory), and the two moves grading needs:
+`stage_tests` (after the agent is done) and `read_reward`.
+
+docker: the image is built from environment/ by the local engine with no registry assumed (the FROM
+images must already be loaded; a missing one is named), tagged by a hash of the build context so it is
+built once, and run with the image's own filesystem writable (`IsolationPolicy(writable_image=True)`:
+Harbor's tasks expect to work as the image's user, root by default), still with no capabilities, the
+task's limits and its network policy.
+
+local: the Dockerfile's plan (`dockerfile.local_plan`) runs in a `local` sandbox whose working directory
+is the Dockerfile's WORKDIR. /tests is a read-only bind of a host folder that stays empty until the
+agent's turn is over, so nothing of the agent's can be there when the tests arrive; /logs and /solution
+are read-only binds whose entries are links into the sandbox's /tmp, the one place the tests and the
+oracle can write them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import envhub.sandbox
+from envhub.formats.harbor.dockerfile import LocalPlan, LocalRefused, base_images, local_plan, parse
+from envhub.formats.harbor.task import HarborTask, HarborTaskError, resolve_env
+from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
+from envhub.sandbox.bwrap import DEFAULT_PATH
+
+Runtime = Literal["docker", "local"]
+RUNTIMES: tuple[str, ...] = ("docker", "local")
+
+COMMAND_LIMIT_S = 600.0
+"""The longest one agent command may run (the agent's own [agent].timeout_sec still bounds the total)."""
+LOCAL_ROOT = "/tmp/.harbor"
+"""local: where the links of /logs and /solution point, inside the sandbox's own /tmp."""
+PIP_SITE = "/opt/envhub-harbor/site"
+"""local: where the packages of `RUN pip install` are bound read-only, first on PYTHONPATH."""
+
+
+@dataclass
+class Workspace:
+    """An open sandbox for one episode and the Harbor paths inside it."""
+
+    sandbox: Sandbox
+    runtime: Runtime
+    workdir: str
+    tests: str = "/tests"
+    verifier_logs: str = "/logs/verifier"
+    """Where the tests write; what the host reads the reward from (local: the real place the link names)."""
+    solution: str = "/solution"
+    """Where the oracle unpacks solution/ (local: the real place /solution's links name)."""
+    stage: Path | None = None
+    """local: the host folder whose tests/, logs/ and solution/ are bound into the sandbox."""
+    notes: dict[str, str] = field(default_factory=dict)
+
+    async def stage_tests(self, task: HarborTask) -> None:
+        """Put a fresh copy of tests/ at /tests and an empty verifier folder, whatever the agent left there.
+
+        Called only once the agent's turn is over: every command of the agent has ended, and with it
+        every process it started (each exec kills what it leaves behind, in both backends).
+        """
+        result = await self.sandbox.exec(
+            ["/bin/sh", "-c", 'rm -rf -- "$1" && mkdir -p -- "$1"', "sh", self.verifier_logs], timeout=120
+        )
+        if not result.ok:
+            raise HarborTaskError(
+                f"could not empty {self.verifier_logs} for the tests: {result.stderr.strip()}"
+            )
+        if self.stage is not None:  # local: the host folder bound read-only at /tests
+            target = self.stage / "tests"
+            await asyncio.to_thread(_replace_tree, task.tests_dir, target)
+            return
+        result = await self.sandbox.exec(
+            ["/bin/sh", "-c", 'rm -rf -- "$1" && mkdir -p -- "$1"', "sh", self.tests], timeout=120
+        )
+        if not result.ok:
+            raise HarborTaskError(f"could not empty {self.tests} for the tests: {result.stderr.strip()}")
+        await self.sandbox.upload_dir(task.tests_dir, self.tests)
+        await self.sandbox.exec(["chmod", "+x", f"{self.tests}/test.sh"], timeout=60)
+
+    async def read_reward(self, name: str) -> bytes | None:
+        """The bytes of reward.txt or reward.json as the tests left them; None when absent."""
+        try:
+            return await self.sandbox.read_file(f"{self.verifier_logs}/{name}")
+        except FileNotFoundError:
+            return None
+
+    async def close(self) -> None:
+        try:
+            await self.sandbox.close()
+        finally:
+            if self.stage is not None:
+                await asyncio.to_thread(shutil.rmtree, self.stage, True)
+
+
+def policy_for(
+    task: HarborTask, workdir: str, env: dict[str, str], *, writable_image: bool
+) -> IsolationPolicy:
+    """The task's [environment] limits and network policy as an `IsolationPolicy`."""
+    c = task.config
+    longest = max(COMMAND_LIMIT_S, c.verifier.timeout_sec or 0.0, c.agent.timeout_sec or 0.0)
+    return IsolationPolicy(
+        network=task.network,
+        memory_mb=c.environment.memory_mb or 2048,
+        cpus=c.environment.cpus or 1.0,
+        disk_mb=c.environment.storage_mb or 1024,
+        pids=256,
+        max_files=200_000,
+        wall_time_s=longest,
+        workdir=workdir,
+        env={**env, **resolve_env(c.environment.env)},
+        writable_image=writable_image,
+    )
+
+
+# -- docker -----------------------------------------------------------------------------------------
+
+
+async def open_docker(task: HarborTask) -> Workspace:
+    image = task.config.environment.docker_image or await build_image(task)
+    config = await asyncio.to_thread(_image_config, image)
+    workdir = task.config.environment.workdir or config.get("WorkingDir") or "/root"
+    policy = policy_for(task, workdir, {}, writable_image=True)
+    sandbox = await envhub.sandbox.open("docker", policy=policy, image=image)
+    made = await sandbox.exec(["mkdir", "-p", "/logs/agent", "/logs/verifier", workdir], timeout=60)
+    if not made.ok:
+        await sandbox.close()
+        raise HarborTaskError(f"the image's user cannot create /logs in {image}: {made.stderr.strip()}")
+    return Workspace(sandbox=sandbox, runtime="docker", workdir=workdir, notes={"image": image})
+
+
+def _docker() -> Any:
+    import docker
+
+    return docker.from_env(timeout=600)
+
+
+def _image_config(image: str) -> dict[str, Any]:
+    import docker.errors
+
+    client = _docker()
+    try:
+        config: dict[str, Any] = client.images.get(image).attrs["Config"] or {}
+        return config
+    except docker.errors.ImageNotFound:
+        raise SandboxUnavailable(
+            f"image {image} is not loaded in the local Docker engine and no registry is assumed: "
+            f"`docker pull {image}` where a registry is reachable, or `docker load` it"
+        ) from None
+    finally:
+        client.close()
+
+
+def context_digest(directory: Path) -> str:
+    """A hash of the build context (paths, modes, contents): the image is rebuilt only when it changes."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(directory).as_posix()}\0{path.stat().st_mode & 0o777:o}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def image_tag(task: HarborTask) -> str:
+    slug = re.sub(r"[^a-z0-9_.-]+", "-", task.name.lower()).strip("-.") or "task"
+    return f"envhub-harbor/{slug}:{context_digest(task.environment_dir)}"
+
+
+async def build_image(task: HarborTask) -> str:
+    """The task's image, built from environment/ unless an image of the same build context exists."""
+    tag = image_tag(task)
+    timeout = task.config.environment.build_timeout_sec
+    try:
+        await asyncio.wait_for(asyncio.to_thread(_build, task, tag), timeout)
+    except TimeoutError:
+        raise HarborTaskError(
+            f"building {task.dockerfile} took longer than [environment].build_timeout_sec = {timeout:g} s"
+        ) from None
+    return tag
+
+
+def _build(task: HarborTask, tag: str) -> None:
+    import docker.errors
+
+    client = _docker()
+    try:
+        try:
+            client.images.get(tag)
+            return
+        except docker.errors.ImageNotFound:
+            pass
+        for base in base_images(parse(task.dockerfile.read_text())):
+            try:
+                client.images.get(base)
+            except docker.errors.ImageNotFound:
+                raise SandboxUnavailable(
+                    f"{task.dockerfile} starts FROM {base}, which is not loaded in the local Docker engine "
+                    f"(no registry is assumed): `docker pull {base}` where a registry is reachable, or "
+                    "`docker load` it"
+                ) from None
+        try:
+            client.images.build(
+                path=str(task.environment_dir),
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                network_mode=None if task.network else "none",
+            )
+        except docker.errors.BuildError as exc:
+            log = "".join(str(part.get("stream", "")) for part in exc.build_log)[-3000:]
+            raise HarborTaskError(f"building {task.dockerfile} failed: {exc.msg}\n{log}") from None
+    finally:
+        client.close()
+
+
+# -- local ------------------------------------------------------------------------------------------
+
+
+def sandbox_python() -> tuple[str, str]:
+    """The python3 a local sandbox runs (the first on its PATH, from the host's /usr) and its X.Y."""
+    python = shutil.which("python3", path=DEFAULT_PATH)
+    if python is None:
+        raise SandboxUnavailable(f"the local runtime needs a python3 on {DEFAULT_PATH}")
+    out = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return python, out.stdout.strip()
+
+
+def pip_site(python: str, packages: list[str]) -> Path:
+    """A folder holding `packages` installed for `python` (pip's configured indexes, no network assumed
+    beyond them), made once per package list and reused; readable by the sandbox's unprivileged uid."""
+    key = hashlib.sha256(f"{python}\0{chr(0).join(packages)}".encode()).hexdigest()[:16]
+    root = Path(tempfile.gettempdir()) / "envhub-harbor-pip"
+    root.mkdir(mode=0o755, exist_ok=True)
+    site = root / key
+    if site.is_dir():
+        return site
+    building = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=root))
+    result = subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--no-input",
+            "--disable-pip-version-check",
+            "--target",
+            str(building),
+            *packages,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if result.returncode != 0:
+        shutil.rmtree(building, ignore_errors=True)
+        raise HarborTaskError(
+            f"`pip install {' '.join(packages)}` for the local runtime failed:\n{result.stderr[-3000:]}"
+        )
+    _open_up(building)
+    try:
+        building.rename(site)
+    except OSError:  # another process made it first
+        shutil.rmtree(building, ignore_errors=True)
+    return site
+
+
+def _open_up(root: Path) -> None:
+    """Make a host folder readable (not writable) by the sandbox's uid."""
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+
+
+def _replace_tree(source: Path, target: Path) -> None:
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target, symlinks=False)
+    _open_up(target)
+    (target / "test.sh").chmod(0o755)
+
+
+def _link_stage(task: HarborTask, stage: Path) -> None:
+    """Host folders bound at /tests (empty), /logs and /solution (links into the sandbox's /tmp)."""
+    stage.chmod(0o755)
+    (stage / "tests").mkdir(mode=0o755)
+    logs = stage / "logs"
+    logs.mkdir(mode=0o755)
+    for name in ("agent", "verifier", "artifacts"):
+        (logs / name).symlink_to(f"{LOCAL_ROOT}/logs/{name}")
+    solution = stage / "solution"
+    solution.mkdir(mode=0o755)
+    if task.solution_dir.is_dir():
+        for entry in task.solution_dir.iterdir():
+            (solution / entry.name).symlink_to(f"{LOCAL_ROOT}/solution/{entry.name}")
+
+
+def plan_local(task: HarborTask) -> tuple[LocalPlan, str]:
+    """The local plan of the task and the sandbox's python, or LocalRefused saying why it cannot run here."""
+    if task.config.environment.docker_image is not None:
+        raise LocalRefused(
+            f"{task.path}: [environment].docker_image names a prebuilt image; only runtime='docker' runs it"
+        )
+    plan = local_plan(task.dockerfile)
+    python, version = sandbox_python()
+    if plan.python is not None and plan.python != version:
+        raise LocalRefused(
+            f"{task.dockerfile} asks for Python {plan.python}; the local runtime runs this machine's "
+            f"{python} ({version}). Run this task with runtime='docker'"
+        )
+    if task.config.environment.workdir not in (None, plan.workdir):
+        raise LocalRefused(f"{task.path}: [environment].workdir differs from the Dockerfile's WORKDIR")
+    return plan, python
+
+
+async def open_local(task: HarborTask, planned: tuple[LocalPlan, str] | None = None) -> Workspace:
+    if planned is None:
+        planned = await asyncio.to_thread(plan_local, task)
+    plan, python = planned
+    env = dict(plan.env)
+    binds: dict[str, str] = {}
+    if plan.pip:
+        site = await asyncio.to_thread(pip_site, python, plan.pip)
+        binds[str(site)] = PIP_SITE
+        env["PYTHONPATH"] = PIP_SITE + (f":{env['PYTHONPATH']}" if env.get("PYTHONPATH") else "")
+        env.setdefault("PATH", f"{PIP_SITE}/bin:{DEFAULT_PATH}")
+    stage = Path(tempfile.mkdtemp(prefix="envhub-harbor-"))
+    try:
+        await asyncio.to_thread(_link_stage, task, stage)
+        binds.update(
+            {
+                str(stage / "tests"): "/tests",
+                str(stage / "logs"): "/logs",
+                str(stage / "solution"): "/solution",
+            }
+        )
+        policy = policy_for(task, plan.workdir, env, writable_image=False).model_copy(
+            update={"ro_binds": binds}
+        )
+        sandbox = await envhub.sandbox.open("local", policy=policy)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    workspace = Workspace(
+        sandbox=sandbox,
+        runtime="local",
+        workdir=plan.workdir,
+        verifier_logs=f"{LOCAL_ROOT}/logs/verifier",
+        solution=f"{LOCAL_ROOT}/solution",
+        stage=stage,
+        notes={"python": python, "pip": " ".join(plan.pip)},
+    )
+    try:
+        made = await sandbox.exec(["mkdir", "-p", f"{LOCAL_ROOT}/logs/agent", f"{LOCAL_ROOT}/logs/verifier"])
+        if not made.ok:
+            raise HarborTaskError(f"could not create {LOCAL_ROOT} in the sandbox: {made.stderr.strip()}")
+        for source, dest in plan.copies:
+            await _copy_in(sandbox, task.environment_dir / source, dest)
+    except BaseException:
+        await workspace.close()
+        raise
+    return workspace
+
+
+async def _copy_in(sandbox: Sandbox, path: Path, dest: str) -> None:
+    """COPY as Docker does it: a folder's contents into dest, a file to dest (entry by entry, since the
+    sandbox's working directory itself is not a path `upload_dir` may replace)."""
+    for source, target, is_dir in await asyncio.to_thread(_copy_entries, path, dest):
+        if is_dir:
+            await sandbox.upload_dir(source, target)
+        else:
+            data, mode = await asyncio.to_thread(_read_with_mode, source)
+            await sandbox.write_file(target, data, mode=mode)
+
+
+def _read_with_mode(path: Path) -> tuple[bytes, int]:
+    return path.read_bytes(), path.stat().st_mode & 0o777
+
+
+def _copy_entries(path: Path, dest: str) -> list[tuple[Path, str, bool]]:
+    if not path.is_dir():
+        return [(path, dest, False)]
+    children = sorted(c for c in path.iterdir() if c.is_dir() or c.is_file())
+    return [(c, f"{dest.rstrip('/')}/{c.name}", c.is_dir()) for c in children]
+
+
+async def open_workspace(
+    task: HarborTask, runtime: Runtime, planned: tuple[LocalPlan, str] | None = None
+) -> Workspace:
+    """A fresh workspace for one episode; `planned` is `plan_local`'s answer when the caller has it."""
+    if runtime == "docker":
+        return await open_docker(task)
+    if runtime == "local":
+        return await open_local(task, planned)
+    raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")

@@ -1,0 +1,14 @@
+#!/bin/bash
+set -euo pipefail
+cat > /app/stats.py <<'PY'
+"""Small statistics helpers."""
+
+
+def median(values):
+    """The median of a list of numbers."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+PY
