@@ -26,11 +26,11 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from envhub.ids import EnvId
 from envhub.index import RegistryIndex
@@ -44,6 +44,7 @@ GRADER_PACKAGES = ("grading", "rewards")
 SANDBOX_KINDS = ("none", "local", "docker", "e2b", "browser")
 SANDBOX_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 """Where the local sandbox finds `python3` (envhub.sandbox.bwrap.DEFAULT_PATH, in order)."""
+_T = TypeVar("_T")
 PINNED_DIST = re.compile(r"^(?P<name>[A-Za-z0-9][\w.-]*)==(?P<version>[\w.]+)")
 
 
@@ -90,27 +91,44 @@ class LockEntry:
 
 
 def lock_entry(
-    registered: Registered, index: RegistryIndex | None, env_kwargs: Mapping[str, Any]
+    registered: Registered, index: RegistryIndex | None, env_kwargs: Mapping[str, Any], *, reuse: bool = False
 ) -> LockEntry:
-    """Hash every component of `registered` as it is on disk now; `env_kwargs` choose its sandbox."""
+    """Hash every component of `registered` as it is on disk now; `env_kwargs` choose its sandbox.
+
+    `reuse` takes what this process already read of the same package, data distribution, grader or
+    interpreter (an outside collection has hundreds of ids in one package); without it, all is read again.
+    """
     kwargs = {**registered.kwargs, **env_kwargs}
     row = _registry_row(registered.env_id, index)
     module = _module_name(registered.entry_point)
-    package_files, package_base = _package_files(registered, module)
+    scope = module if registered.package is None else module.partition(".")[0]
+    code, data = _read(("package", scope), lambda: _package_parts(registered, module), reuse)
+    source = _data_distribution(row)
+    kind, image = _sandbox_kind(kwargs, row), kwargs.get("image")
     entry = LockEntry(
         env_id=str(registered.env_id),
         components={
-            "code": Component(_split(package_files, package_base, code=True)),
-            "data": Component(
-                _split(package_files, package_base, code=False) | _dist_parts(_data_distribution(row))
+            "code": Component(code),
+            "data": Component(data | _read(("dist", str(source)), lambda: _dist_parts(source), reuse)),
+            "sandbox": Component(
+                _read(("sandbox", kind, str(image)), lambda: sandbox_parts(kind, image), reuse)
             ),
-            "sandbox": Component(sandbox_parts(_sandbox_kind(kwargs, row), kwargs.get("image"))),
-            "grader": Component(_grader_parts(module)),
+            "grader": Component(_read(("grader",), _core_grader_parts, reuse) | _module_parts(module)),
             "registry": Component(_registry_parts(registered, row)),
         },
     )
     _recent[_cache_key(registered, env_kwargs)] = entry.hash
     return entry
+
+
+_memo: dict[tuple[str, ...], Any] = {}
+
+
+def _read(key: tuple[str, ...], compute: Callable[[], _T], reuse: bool) -> _T:
+    """`compute()`, or with `reuse` what it returned last time in this process."""
+    if not reuse or key not in _memo:
+        _memo[key] = compute()
+    return cast(_T, _memo[key])
 
 
 _recent: dict[tuple[str, str, str], str] = {}
@@ -126,7 +144,7 @@ def lock_hash(
     key = _cache_key(registered, env_kwargs)
     if key not in _recent:
         try:
-            lock_entry(registered, index, env_kwargs)
+            lock_entry(registered, index, env_kwargs, reuse=True)
         except (LockError, OSError, ImportError, ValueError):
             return None
     return _recent[key]
@@ -151,12 +169,12 @@ def _module_name(entry_point: str | Callable[..., Any]) -> str:
     return _entry_point_text(entry_point).partition(":")[0]
 
 
-def _package_files(registered: Registered, module: str) -> tuple[list[Path], Path]:
-    """The files of the package that defines the env and the folder their names are relative to: the
-    whole top-level package for a plugin, the one module for an env registered in a script."""
+def _package_parts(registered: Registered, module: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The code and data files of the package that defines the env: the whole top-level package for a
+    plugin, the one module for an env registered in a script. Named relative to the package's folder."""
     if registered.package is None:
         path = module_file(module)
-        return [path], path.parent
+        return file_parts([path], path.parent), {}
     top = module.partition(".")[0]
     found = importlib.util.find_spec(top)  # a top-level name: found without importing it
     if found is None:
@@ -166,9 +184,11 @@ def _package_files(registered: Registered, module: str) -> tuple[list[Path], Pat
         if found.origin is None:
             raise LockError(f"the module {top!r} that defines {registered.env_id} has no file")
         path = Path(found.origin)
-        return [path], path.parent
+        return file_parts([path], path.parent), {}
     files = [path for root in roots for path in tree_files(root)]
-    return files, roots[0].parent
+    code = [p for p in files if p.name.endswith(CODE_SUFFIXES)]
+    data = [p for p in files if not p.name.endswith(CODE_SUFFIXES)]
+    return file_parts(code, roots[0].parent), file_parts(data, roots[0].parent)
 
 
 def module_file(module: str) -> Path:
@@ -191,11 +211,6 @@ def module_file(module: str) -> Path:
         f"the module {module!r} has no source file (defined in an interactive session?); "
         "define the env in a file to lock it"
     )
-
-
-def _split(files: Iterable[Path], base: Path, *, code: bool) -> dict[str, str]:
-    chosen = [p for p in files if p.name.endswith(CODE_SUFFIXES) == code]
-    return file_parts(chosen, base)
 
 
 def _registry_row(env_id: EnvId, index: RegistryIndex | None) -> dict[str, Any] | None:
@@ -281,35 +296,30 @@ def _docker_parts(image: str | None) -> dict[str, str]:
     return {"kind": "docker", "image": name, "image id": image_id}
 
 
-_local_cache: dict[str, dict[str, str]] = {}
-
-
 def _local_parts() -> dict[str, str]:
     """The interpreter the local sandbox runs and its standard library (one hash for the library)."""
     python = next((Path(d, "python3") for d in SANDBOX_PATH if Path(d, "python3").is_file()), None)
     if python is None:
         return {"python": "absent"}
     real = python.resolve()
-    if str(real) not in _local_cache:
-        stdlib = real.parent.parent / "lib" / real.name  # /usr/bin/python3.11 -> /usr/lib/python3.11
-        library = parts_hash(file_parts(tree_files(stdlib), stdlib)) if stdlib.is_dir() else "absent"
-        _local_cache[str(real)] = {
-            "python": str(real),
-            "python binary": sha256_file(real),
-            "stdlib": f"{stdlib} {library}",
-        }
-    return _local_cache[str(real)]
+    stdlib = real.parent.parent / "lib" / real.name  # /usr/bin/python3.11 -> /usr/lib/python3.11
+    library = parts_hash(file_parts(tree_files(stdlib), stdlib)) if stdlib.is_dir() else "absent"
+    return {"python": str(real), "python binary": sha256_file(real), "stdlib": f"{stdlib} {library}"}
 
 
-def _grader_parts(module: str) -> dict[str, str]:
-    """envhub's grading and reward packages, and the module that defines the env's rewards."""
+def _core_grader_parts() -> dict[str, str]:
+    """envhub's own grading and reward packages."""
     core = Path(__file__).resolve().parents[1]  # envhub/
     parts: dict[str, str] = {}
     for name in GRADER_PACKAGES:
         parts |= file_parts(tree_files(core / name), core.parent)
-    own = module_file(module)
-    parts[_module_path(module, own)] = sha256_file(own)
     return parts
+
+
+def _module_parts(module: str) -> dict[str, str]:
+    """The module that defines the env, and so its reward methods."""
+    own = module_file(module)
+    return {_module_path(module, own): sha256_file(own)}
 
 
 def _module_path(module: str, file: Path) -> str:

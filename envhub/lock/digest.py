@@ -22,12 +22,24 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_file(path: Path) -> str:
-    """A file's content hash, read in chunks so a large data file costs no memory."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return "sha256:" + digest.hexdigest()
+    """A file's content hash, read in chunks so a large data file costs no memory.
+
+    Remembered in this process by the file's identity, size and change time, as git's index does: a
+    package shared by hundreds of ids (an outside collection) is read once, and an edit is still seen.
+    """
+    info = path.stat()
+    key = (str(path), info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    known = _hashed.get(key)
+    if known is None:
+        digest = hashlib.sha256()
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        known = _hashed[key] = "sha256:" + digest.hexdigest()
+    return known
+
+
+_hashed: dict[tuple[str, int, int, int, int], str] = {}
 
 
 def parts_hash(parts: Mapping[str, str]) -> str:
