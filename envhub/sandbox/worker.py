@@ -24,6 +24,8 @@ from envhub.sandbox.results import ExecResult, SandboxError
 _SERVER = (Path(__file__).parent / "_repl.py").read_text()
 KILL_GRACE_S = 2.0
 START_TIMEOUT_S = 30.0
+EXIT_GRACE_S = 2.0
+"""Seconds an interpreter that closed its stdout gets to exit by itself before it is killed."""
 
 
 class ReplResult(ExecResult):
@@ -128,6 +130,11 @@ class PythonWorker:
             if reply is None:
                 # The interpreter died (os._exit, OOM kill, a crash) or garbled its own protocol.
                 garbled = garbled or bool(line)
+                if not garbled:
+                    # EOF on its stdout comes before its exit is reaped; killing it now, on a busy host,
+                    # would report our SIGKILL (bubblewrap says 255) instead of the status it chose.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(proc.wait(), EXIT_GRACE_S)
                 await self._kill()
                 exit_code = -1 if garbled or proc.returncode is None else proc.returncode
                 what = (
