@@ -28,6 +28,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from envhub.core import Env, EpisodeStateError
 from envhub.registration import registry
 from envhub.serve import protocol as p
+from envhub.serve.openenv_routes import openenv_routes
 
 
 @dataclass
@@ -103,6 +104,7 @@ def create_app(
         routes=[
             Route("/health", _health),
             Route("/metrics", _metrics),
+            *openenv_routes(sorted(set(accepted.values()))),  # OpenEnv's protocol, beside envhub's own
             Route("/{env_id:path}", _describe),
             WebSocketRoute("/{env_id:path}", _session),
         ]

@@ -1,0 +1,429 @@
+"""`envhub serve` speaking OpenEnv's wire protocol, so OpenEnv clients (and TRL's OpenEnv integration)
+play any envhub env.
+
+OpenEnv's URLs name no env, so each served id gets its own base, `http://HOST:PORT/openenv/ID`, under
+which sit OpenEnv's endpoints (`/ws`, `/reset`, `/step`, `/state`, `/schema`, `/metadata`, `/health`);
+when the server serves exactly one id, they are also at the root, where OpenEnv clients look by default.
+A websocket session is one env, made for it, as in envhub's own protocol, under the same token,
+`--max-sessions` and lease. OpenEnv has no headers to send a token in, so a token also rides in the
+URL's user info (`ws://envhub:TOKEN@HOST:PORT/...`, which a websocket client sends as Basic auth).
+
+Actions are `EnvhubAction`: the agent's text (`message`, read as model text, so `<tool_call>` blocks are
+tool calls, as `env.step(str)` reads it in-process) and/or structured `tool_calls`. Observations are
+`EnvhubObservation`: the env's new messages in OpenAI's chat format, their text, `truncated`, the step's
+`info`, and at reset the tools the agent may call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from envhub.core import Action, Env, EpisodeStateError, Observation
+from envhub.formats.openenv import wire
+from envhub.registration import registry
+from envhub.serve import protocol as p
+
+PREFIX = "/openenv"
+
+
+class ServeState(Protocol):
+    """What these routes use of `envhub.serve.server.ServeState` (named here: that module mounts these)."""
+
+    env_ids: dict[str, str]
+    lease_seconds: float
+    active: int
+    counts: Counter[str]
+    step_seconds: float
+
+    def refusal(self, authorization: str | None, env_id: str) -> p.Error | None: ...
+
+
+class ToolCallAction(BaseModel):
+    """One tool call: its name and arguments (an object, or the JSON text a model wrote)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    id: str | None = None
+
+
+class EnvhubAction(BaseModel):
+    """An agent's turn in an envhub env: its text, its tool calls, or both."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: str = ""
+    """The assistant's reply as model text; `<tool_call>` blocks in it are tool calls."""
+    tool_calls: list[ToolCallAction] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """OpenEnv's `Action.metadata`; envhub envs do not read it."""
+
+    def to_envhub(self) -> Action:
+        """The action `env.step` takes: the text as a string, or an OpenAI message when calls are given."""
+        if not self.tool_calls:
+            return self.message
+        calls = [
+            {"id": call.id or f"call_{i}", "type": "function", "function": {"name": call.name, "arguments":
+                call.arguments}}
+            for i, call in enumerate(self.tool_calls)
+        ]  # fmt: skip
+        return {"content": self.message, "tool_calls": calls}
+
+
+class EnvhubObservation(BaseModel):
+    """What an envhub env said after a reset or a step, as OpenEnv's `observation` dict."""
+
+    messages: list[dict[str, Any]]
+    """The env's new messages in OpenAI's chat format (images as data URLs)."""
+    text: str
+    """Their text, joined by newlines: what a text-only agent reads."""
+    truncated: bool = False
+    """The episode hit its turn limit (OpenEnv's `done` is terminated or truncated)."""
+    info: dict[str, Any] = Field(default_factory=dict)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    """At reset: the tools the agent may call, in OpenAI's `function` tool format."""
+
+    @classmethod
+    def of(
+        cls,
+        observation: Observation,
+        info: dict[str, Any],
+        *,
+        truncated: bool = False,
+        env: Env | None = None,
+    ) -> EnvhubObservation:
+        """The observation of a step, or of a reset when `env` is given (its tools are listed then)."""
+        return cls(
+            messages=[m.to_openai() for m in observation],
+            text="\n".join(m.text for m in observation),
+            truncated=truncated,
+            info=info,
+            tools=[t.to_openai() for t in env.tools] if env is not None else [],
+        )
+
+
+class EnvhubState(BaseModel):
+    """OpenEnv's `state`: its episode id and step count, and which envhub env and seed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    episode_id: str | None = None
+    step_count: int = 0
+    env_id: str
+    seed: int | None = None
+    done: bool = False
+
+
+def openenv_routes(served: list[str]) -> list[BaseRoute]:
+    """The OpenEnv endpoints of every served id under `/openenv/ID`, and at the root when one id is served."""
+    routes = _endpoints(PREFIX + "/{env_id:path}", None)
+    if len(served) == 1:
+        routes += _endpoints("", served[0])
+    return routes
+
+
+def _endpoints(base: str, env_id: str | None) -> list[BaseRoute]:
+    """OpenEnv's endpoints under `base`; the env id is `env_id`, or the path's `{env_id}` when None."""
+
+    def bound(handler: Callable[[Request, str], Awaitable[JSONResponse]]) -> Callable[..., Any]:
+        async def endpoint(request: Request) -> JSONResponse:
+            return await handler(request, env_id or request.path_params["env_id"])
+
+        return endpoint
+
+    async def session(ws: WebSocket) -> None:
+        await _session(ws, env_id or ws.path_params["env_id"])
+
+    routes: list[BaseRoute] = [
+        WebSocketRoute(f"{base}/ws", session),
+        Route(f"{base}/reset", bound(_reset), methods=["POST"]),
+        Route(f"{base}/step", bound(_step), methods=["POST"]),
+        Route(f"{base}/state", bound(_state), methods=["GET"]),
+        Route(f"{base}/schema", bound(_schema), methods=["GET"]),
+        Route(f"{base}/metadata", bound(_metadata), methods=["GET"]),
+    ]
+    if base:  # at the root, envhub's own /health answers
+        routes.append(Route(f"{base}/health", bound(_health), methods=["GET"]))
+    return routes
+
+
+def _authorization(connection: HTTPConnection) -> str | None:
+    """The client's token as `Bearer TOKEN`, from a Bearer header or Basic auth's password (what a
+    websocket client sends for `ws://USER:TOKEN@HOST/...`), so envhub's own check reads both."""
+    header = connection.headers.get(p.TOKEN_HEADER)
+    if header is None or not header.startswith("Basic "):
+        return header
+    try:
+        credentials = base64.b64decode(header.removeprefix("Basic "), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return f"Bearer {credentials.partition(':')[2]}"
+
+
+def _refusal(connection: HTTPConnection, env_id: str) -> p.Error | None:
+    state: ServeState = connection.app.state.serve
+    return state.refusal(_authorization(connection), env_id)
+
+
+_HTTP_STATUS = {"auth": 401, "unknown_env": 404, "busy": 503}
+_CLOSE_CODE = {"auth": p.CLOSE_AUTH, "unknown_env": p.CLOSE_UNKNOWN_ENV, "busy": p.CLOSE_BUSY}
+
+
+def _refused(refusal: p.Error) -> JSONResponse:
+    return JSONResponse({"detail": refusal.message}, status_code=_HTTP_STATUS.get(refusal.kind, 400))
+
+
+async def _session(ws: WebSocket, env_id: str) -> None:
+    """One OpenEnv session: refused (token, unknown id, full) with an error frame, as openenv-core refuses
+    a full server, or served until the client closes, leaves or idles past the lease.
+
+    The refusal answers the client's first frame rather than greeting it, so the client reads it as the
+    reply it awaits (its error says why) instead of finding the socket closed under its first send.
+    """
+    state: ServeState = ws.app.state.serve
+    await ws.accept()
+    refusal = _refusal(ws, env_id)
+    if refusal is not None:
+        state.counts[f"refused_{refusal.kind}"] += 1
+        code = wire.CAPACITY_REACHED if refusal.kind == "busy" else wire.SESSION_ERROR
+        with contextlib.suppress(TimeoutError, WebSocketDisconnect):
+            await asyncio.wait_for(ws.receive_text(), state.lease_seconds)
+            await ws.send_text(wire.ErrorFrame.of(code, refusal.message).model_dump_json())
+            await ws.close(code=_CLOSE_CODE.get(refusal.kind, p.CLOSE_AUTH), reason=refusal.kind)
+        return
+    state.active += 1  # no await since the check above: the count cannot overshoot
+    state.counts["sessions_opened"] += 1
+    session = _Session(state, state.env_ids[env_id])  # resolved by the refusal check
+    try:
+        await session.serve(ws)
+    except WebSocketDisconnect:
+        pass  # the client left mid-answer: its episode is over, the env is closed below
+    finally:
+        state.active -= 1
+        await session.close()
+
+
+class _Session:
+    """One OpenEnv client's env: made on connect, reset and stepped by its frames."""
+
+    def __init__(self, state: ServeState, env_id: str) -> None:
+        self.state, self.env_id = state, env_id
+        self.env: Env | None = None
+        self.episode = EnvhubState(env_id=env_id)
+
+    async def serve(self, ws: WebSocket) -> None:
+        try:
+            self.env = await asyncio.to_thread(registry.make, self.env_id)
+        except Exception as exc:  # any failure to make the env is the factory's
+            message = f"could not make {self.env_id}: {type(exc).__name__}: {exc}"
+            await ws.send_text(wire.ErrorFrame.of(wire.FACTORY_ERROR, message).model_dump_json())
+            return
+        while (text := await self.receive(ws)) is not None:
+            reply = await self.answer(text)
+            if reply is None:
+                return  # the client's close; Starlette closes the socket once the handler returns
+            await ws.send_text(_json(reply))
+
+    async def receive(self, ws: WebSocket) -> str | None:
+        """The next frame's text; None when the client left, or idled past the lease (then reaped)."""
+        try:
+            return await asyncio.wait_for(ws.receive_text(), self.state.lease_seconds)
+        except WebSocketDisconnect:
+            return None
+        except TimeoutError:
+            self.state.counts["sessions_reaped"] += 1
+            message = f"the session was idle past its lease ({self.state.lease_seconds:g} s) and closed"
+            await ws.send_text(wire.ErrorFrame.of(wire.SESSION_ERROR, message).model_dump_json())
+            await ws.close(code=p.CLOSE_LEASE, reason="lease")
+            return None
+
+    async def answer(self, text: str) -> BaseModel | None:
+        """The reply to one frame (None for `close`), with openenv-core's error codes."""
+        try:
+            frame = wire.client_frame.validate_json(text)
+        except ValidationError as exc:
+            return _unreadable(text, exc)
+        if isinstance(frame, wire.Close):
+            return None
+        try:
+            if isinstance(frame, wire.Reset):
+                return wire.ObservationFrame(data=await self.reset(frame.data))
+            if isinstance(frame, wire.Step):
+                return wire.ObservationFrame(data=await self.step(frame.data))
+            return wire.StateFrame(data=self.episode.model_dump())
+        except ValidationError as exc:  # the action (or a reset option) does not fit the schema
+            errors = wire.validation_errors(exc)
+            return wire.ErrorFrame.of(wire.VALIDATION_ERROR, "Invalid message", errors=errors)
+        except EpisodeStateError as exc:
+            return wire.ErrorFrame.of(wire.EXECUTION_ERROR, str(exc))
+        except Exception as exc:  # the env's own failure: the machinery, not the agent
+            self.state.counts["env_errors"] += 1
+            return wire.ErrorFrame.of(wire.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}")
+
+    async def reset(self, data: dict[str, Any]) -> wire.StepData:
+        assert self.env is not None
+        request = wire.ResetRequest.model_validate(data)
+        options = request.model_extra or None
+        observation, info = await self.env.reset(seed=request.seed, options=options)
+        self.state.counts["episodes"] += 1
+        self.episode = EnvhubState(
+            episode_id=request.episode_id or str(uuid.uuid4()), env_id=self.env_id, seed=info.get("seed")
+        )
+        return wire.StepData(observation=_dump(EnvhubObservation.of(observation, info, env=self.env)))
+
+    async def step(self, data: dict[str, Any]) -> wire.StepData:
+        assert self.env is not None
+        action = EnvhubAction.model_validate(data).to_envhub()
+        started = time.perf_counter()
+        result = await self.env.step(action)
+        self.state.step_seconds += time.perf_counter() - started
+        self.state.counts["steps"] += 1
+        done = result.terminated or result.truncated
+        self.episode = self.episode.model_copy(
+            update={"step_count": self.episode.step_count + 1, "done": done}
+        )
+        observation = EnvhubObservation.of(result.observation, result.info, truncated=result.truncated)
+        return wire.StepData(observation=_dump(observation), reward=result.reward, done=done)
+
+    async def close(self) -> None:
+        if self.env is not None:
+            with contextlib.suppress(Exception):  # the session is over either way
+                await self.env.close()
+            self.env = None
+
+
+def _unreadable(text: str, exc: ValidationError) -> wire.ErrorFrame:
+    """openenv-core's answer to a frame it cannot read: bad JSON, an unknown type, or a bad shape."""
+    try:
+        kind = json.loads(text).get("type", "")
+    except (ValueError, AttributeError):
+        return wire.ErrorFrame.of(wire.INVALID_JSON, f"Invalid JSON: {text[:200]!r}")
+    if kind not in ("reset", "step", "state", "close"):
+        return wire.ErrorFrame.of(wire.UNKNOWN_TYPE, f"Unknown message type: {kind}")
+    return wire.ErrorFrame.of(wire.VALIDATION_ERROR, "Invalid message", errors=wire.validation_errors(exc))
+
+
+def _dump(observation: EnvhubObservation) -> dict[str, Any]:
+    """The observation as JSON data; an `info` value JSON cannot carry fails here, as the env's fault."""
+    return json.loads(observation.model_dump_json())  # type: ignore[no-any-return]
+
+
+def _json(reply: BaseModel) -> str:
+    return reply.model_dump_json()
+
+
+# The HTTP endpoints. openenv-core's `/reset` and `/step` make a fresh env per request (its stateless
+# mode); an envhub env keeps its episode between steps, so `/reset` answers a fresh episode's first
+# observation and `/step` points to the websocket, where episodes are played.
+
+
+async def _reset(request: Request, env_id: str) -> JSONResponse:
+    refusal = _refusal(request, env_id)
+    if refusal is not None:
+        return _refused(refusal)
+    try:
+        body = wire.ResetRequest.model_validate(await _body(request, {}))
+    except (ValidationError, ValueError) as exc:
+        return _unprocessable(exc)
+    state: ServeState = request.app.state.serve
+    state.active += 1
+    env: Env | None = None
+    try:
+        env = await asyncio.to_thread(registry.make, state.env_ids[env_id])
+        observation, info = await env.reset(seed=body.seed, options=body.model_extra or None)
+        data = wire.StepData(observation=_dump(EnvhubObservation.of(observation, info, env=env)))
+    except Exception as exc:  # the env's machinery: a server error, as openenv-core's 500
+        state.counts["env_errors"] += 1
+        return JSONResponse({"detail": f"{type(exc).__name__}: {exc}"}, status_code=500)
+    finally:
+        state.active -= 1
+        if env is not None:
+            with contextlib.suppress(Exception):
+                await env.close()
+    return JSONResponse(data.model_dump(mode="json"))
+
+
+async def _step(request: Request, env_id: str) -> JSONResponse:
+    refusal = _refusal(request, env_id)
+    if refusal is not None and refusal.kind != "busy":
+        return _refused(refusal)
+    try:
+        EnvhubAction.model_validate(wire.StepRequest.model_validate(await _body(request, None)).action)
+    except (ValidationError, ValueError) as exc:
+        return _unprocessable(exc)
+    detail = (
+        "an envhub env keeps its episode between steps, and a stateless POST /step has none: play the "
+        "episode over the websocket at /ws (what OpenEnv's EnvClient and GenericEnvClient do)"
+    )
+    return JSONResponse({"detail": detail}, status_code=409)
+
+
+async def _state(request: Request, env_id: str) -> JSONResponse:
+    refusal = _refusal(request, env_id)
+    if refusal is not None and refusal.kind != "busy":
+        return _refused(refusal)
+    state: ServeState = request.app.state.serve
+    return JSONResponse(EnvhubState(env_id=state.env_ids[env_id]).model_dump())
+
+
+async def _schema(request: Request, env_id: str) -> JSONResponse:
+    refusal = _refusal(request, env_id)
+    if refusal is not None and refusal.kind != "busy":
+        return _refused(refusal)
+    schemas = wire.Schemas(
+        action=EnvhubAction.model_json_schema(),
+        observation=EnvhubObservation.model_json_schema(),
+        state=EnvhubState.model_json_schema(),
+    )
+    return JSONResponse(schemas.model_dump())
+
+
+async def _metadata(request: Request, env_id: str) -> JSONResponse:
+    """openenv-core's `EnvironmentMetadata`, from the env's spec (no env is made)."""
+    refusal = _refusal(request, env_id)
+    if refusal is not None and refusal.kind != "busy":
+        return _refused(refusal)
+    state: ServeState = request.app.state.serve
+    spec = registry.spec(state.env_ids[env_id])
+    source = spec.provenance.package or spec.provenance.entry_point or "envhub"
+    return JSONResponse(
+        {
+            "name": spec.id,
+            "description": f"envhub env {spec.id} from {source}, served by envhub serve",
+            "readme_content": None,
+            "version": spec.provenance.package_version,
+            "author": None,
+            "documentation_url": None,
+        }
+    )
+
+
+async def _health(request: Request, env_id: str) -> JSONResponse:
+    return JSONResponse({"status": "healthy"})
+
+
+async def _body(request: Request, default: dict[str, Any] | None) -> Any:
+    """The JSON body (`default` when empty, as openenv-core's reset takes no body); ValueError if not JSON."""
+    raw = await request.body()
+    return json.loads(raw) if raw.strip() else default
+
+
+def _unprocessable(exc: ValidationError | ValueError) -> JSONResponse:
+    detail = wire.validation_errors(exc) if isinstance(exc, ValidationError) else str(exc)
+    return JSONResponse({"detail": detail}, status_code=422)
