@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envhub.core import Env, recorded_action
+from envhub.core import Env, ResetInfo, StepInfo, recorded_action
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
 from envhub.records import RETRYABLE, Episode, EpisodeError, ErrorKind, Turn, episode_id
@@ -162,6 +162,7 @@ async def run_episode(
     limits = _Limits(step_timeout, deadline, deadline_reason)
     try:
         observation, info = await limits.run(env.reset(seed=seed), "env reset")
+        reset_info = ResetInfo.read(info)  # an env that writes a key the runner reads wrongly says so here
     except _Stopped as stop:
         failure = EpisodeError(kind=stop.kind, message=str(stop))
         return Episode(**base, seed=seed, prompt=[], truncated=stop.kind == "cutoff", error=failure)
@@ -187,6 +188,7 @@ async def run_episode(
             )
             stage = "env"
             result = await limits.run(env.step(action), "env step")
+            step_info = StepInfo.read(result.info)
         except _Stopped as stop:
             error = EpisodeError(kind=stop.kind, message=str(stop))
             truncated = stop.kind == "cutoff"
@@ -201,7 +203,8 @@ async def run_episode(
         messages.append(recorded)
         messages.extend(result.observation)
         terminated, truncated = result.terminated, result.truncated
-        components = result.info.get("reward_components", components)
+        if step_info.reward_components is not None:
+            components = step_info.reward_components
         turns.append(
             Turn(
                 index=len(turns),
@@ -214,7 +217,7 @@ async def run_episode(
         )
     return Episode(
         **base,
-        seed=info.get("seed", seed),
+        seed=reset_info.seed if reset_info.seed is not None else seed,
         prompt=observation,
         tools=list(env.tools),  # the schemas the policy saw: the stored `tools` column (docs/episodes.md)
         turns=turns,
@@ -224,7 +227,7 @@ async def run_episode(
         truncated=truncated,
         error=error,
         wall_seconds=time.perf_counter() - started,
-        isolation=info.get("isolation"),
+        isolation=reset_info.isolation,
     )
 
 
