@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PLUGINS := $(wildcard envs/*/pyproject.toml)
 
-.PHONY: install install-core install-vllm bubblewrap prerequisites test test-shared-host test-vllm lint demo bench clean
+.PHONY: install install-core install-vllm bubblewrap prerequisites test test-shared-host test-vllm test-verifiers lint demo bench clean
 
 # The library and every first-party plugin under envs/, editable: enough for the demo.
 $(VENV)/.core: pyproject.toml $(PLUGINS)
@@ -68,9 +68,10 @@ prerequisites:
 # again as on a shared host, then the vLLM tests in vLLM's own venv. --strict-skips: a skip not on the
 # allow-list in conftest.py fails the run (each skip is listed with its reason at the end).
 test: prerequisites lint
-	$(VENV)/bin/pytest -m "not vllm" --strict-skips
+	$(VENV)/bin/pytest -m "not vllm and not verifiers" --strict-skips
 	$(MAKE) test-shared-host
 	$(MAKE) test-vllm
+	$(MAKE) test-verifiers
 
 # The sandbox and rollout suites as on a shared host: two runs at once, then one beside a CPU hog.
 test-shared-host: prerequisites install
@@ -79,6 +80,18 @@ test-shared-host: prerequisites install
 # The trainer's vLLM engine against a real (CPU) vLLM: the tests `make test` leaves out of the main venv.
 test-vllm: prerequisites install-vllm
 	VLLM_ENABLE_V1_MULTIPROCESSING=0 $(VLLM_VENV)/bin/pytest -m vllm --strict-skips --timeout-method=thread trainer/tests
+
+# `verifiers:MODULE` against the real verifiers package, in a venv of its own: verifiers pins
+# connectrpc<0.12 (through prime-sandboxes) and openai<3, which the e2b extra and the main venv cannot share.
+VERIFIERS_VENV ?= .venv-verifiers
+$(VERIFIERS_VENV)/.installed: pyproject.toml
+	test -x $(VERIFIERS_VENV)/bin/python || python3 -m venv $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VERIFIERS_VENV)/bin/python -m pip install --quiet -e . verifiers==0.4.0 pytest pytest-asyncio pytest-timeout
+	touch $@
+
+test-verifiers: $(VERIFIERS_VENV)/.installed
+	$(VERIFIERS_VENV)/bin/pytest -m verifiers --strict-skips tests/formats/test_verifiers.py
 
 # The main job on the embedded default: batches of episodes written to Parquet, with summary tables.
 # Code written by the bundled oracle policy runs in the bubblewrap sandbox and is graded by hidden tests.

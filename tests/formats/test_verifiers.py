@@ -3,12 +3,11 @@
 stops, truncation, error kinds and stored rollouts.
 
 verifiers pins versions that envhub's e2b extra cannot share a venv with, so these run in a venv of their
-own (`.venv-verifiers`); they skip, saying so, where verifiers is not installed.
+own (`.venv-verifiers`); they carry the `verifiers` mark, which the main run leaves out.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -25,12 +24,7 @@ from envhub.rollout import rollout
 from envhub.store import read_episodes
 from envhub.tools import ToolSpec
 
-pytestmark = [
-    pytest.mark.skipif(
-        importlib.util.find_spec("verifiers") is None,
-        reason="verifiers is not installed in this venv: `make test-verifiers` runs these in one that has it",
-    ),
-]
+pytestmark = pytest.mark.verifiers  # `make test-verifiers` runs these in the venv that has verifiers
 
 ENVS = Path(__file__).parents[1] / "data" / "verifiers_envs"
 PROBLEMS = [(2, 3), (17, 25), (120, 99), (7, 8)]  # vf_envhub_math's rows, in order
