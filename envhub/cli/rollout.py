@@ -309,7 +309,7 @@ def show(
     if manifest is not None:
         state = "complete" if manifest.complete else "incomplete: run the rollout again with --resume"
         console.print(f"{manifest.episodes_done} of {manifest.episodes_requested} episodes ({state})")
-    console.print(lock_summary(episodes))
+    console.print(lock_summary(episodes), soft_wrap=True)  # one line, for grep
     table = Table(title=f"episodes (first {min(limit, len(episodes))} of {len(episodes)})")
     for column in ("id", "seed", "reward", "turns", "ending", "error"):
         table.add_column(column)

@@ -106,8 +106,8 @@ def _locked(path: Path, env_id: str, table: Mapping[str, Any]) -> Locked:
     edited = sorted(name for name in stated if stated[name] != computed[name])
     if edited:
         raise LockError(
-            f"{path}: the {', '.join(edited)} hash of {env_id} does not match its parts (edited by hand?); "
-            f"lock it again with `envhub lock {env_id}`"
+            f"{path}: the {' and '.join(edited)} hashes of {env_id} do not match its parts "
+            f"(edited by hand?); lock it again with `envhub lock {env_id}`"
         )
     return Locked(entry, options)
 

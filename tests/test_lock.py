@@ -1,0 +1,270 @@
+"""Lockfiles through the real command line: a throwaway plugin installed as pip would, its files edited.
+
+Each test installs `envhub-locktest` (a dist-info and a package with a data file) into its own folder,
+runs `python -m envhub` there with that folder on the path, and edits the plugin's real files to see
+`envhub rollout --locked` refuse, naming what changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import docker
+import pytest
+
+import envhub.sandbox as sandbox
+from envhub.lock import lockfile
+from envhub.lock.lockfile import Locked, LockMismatch, check, current, dumps, read
+from envhub.registration import Registry
+from envhub.sandbox import IsolationPolicy
+from envhub.store import read_episodes
+
+ENV_ID = "locktest/say-v0"
+PLUGIN = '''
+    """A throwaway plugin whose files the tests edit."""
+
+    import random
+    from pathlib import Path
+
+    import envhub
+
+    WORDS = (Path(__file__).parent / "words.txt").read_text().split()
+
+
+    class Say(envhub.SingleTurnEnv):
+        """Repeat the word."""
+
+        def __init__(self, backend: str = "none", image: str | None = None) -> None:
+            super().__init__()
+            self.backend, self.image = backend, image
+
+        def setup(self, rng: random.Random) -> str:
+            self.word = rng.choice(WORDS)
+            return f"Say {self.word}."
+
+        @envhub.reward
+        def said(self, answer: str) -> float:
+            return float(answer.strip() == self.word)
+
+        def reference_action(self, messages: list[envhub.Message]) -> str:
+            return self.word
+'''
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    """`envhub-locktest` installed as pip leaves a distribution: a dist-info and its package."""
+    site = tmp_path / "site"
+    info = site / "envhub_locktest-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: envhub-locktest\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[envhub.envs]\n{ENV_ID} = envhub_locktest:Say\n")
+    package = site / "envhub_locktest"
+    package.mkdir()
+    (package / "__init__.py").write_text(textwrap.dedent(PLUGIN))
+    (package / "words.txt").write_text("apple pear plum\n")
+    return site
+
+
+def envhub(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m envhub ARGS` in a fresh interpreter that sees the throwaway plugin, from its folder."""
+    return subprocess.run(
+        [sys.executable, "-m", "envhub", *args],
+        capture_output=True,
+        text=True,
+        cwd=site.parent,
+        env={**os.environ, "PYTHONPATH": str(site), "COLUMNS": "200"},
+        timeout=300,
+    )
+
+
+def lock(site: Path, *args: str) -> Path:
+    result = envhub(site, "lock", *args)
+    assert result.returncode == 0, result.stderr
+    path = site.parent / "envhub.lock"
+    path.write_text(result.stdout)
+    return path
+
+
+def test_a_lock_lets_an_unchanged_env_run_and_is_the_same_every_time(site: Path) -> None:
+    path = lock(site, ENV_ID)
+    table = tomllib.loads(path.read_text())["envs"][ENV_ID]
+    assert set(table) == {"hash", "options", "code", "data", "sandbox", "grader", "registry"}
+    assert table["code"]["parts"].keys() == {"envhub_locktest/__init__.py"}
+    assert table["data"]["parts"].keys() == {"envhub_locktest/words.txt"}
+    assert "envhub_locktest/__init__.py" in table["grader"]["parts"]
+    assert "envhub/grading/python_tests.py" in table["grader"]["parts"]
+    assert table["sandbox"]["parts"] == {"kind": "none"}
+    assert table["registry"]["parts"]["entry point"] == "envhub_locktest:Say"
+    assert "locktest/say-v0" in envhub(site, "lock", ENV_ID).stderr  # the summary table, on stderr
+    assert lock(site, ENV_ID).read_text() == path.read_text()  # stable: no mtimes, sorted
+
+    ran = envhub(site, "rollout", ENV_ID, "-n", "2", "--locked", path.name, "--out", "run")
+    assert ran.returncode == 0, ran.stderr
+    assert [e.reward for e in read_episodes(site.parent / "run")] == [1.0, 1.0]
+
+
+def test_an_edited_plugin_file_is_refused_naming_the_component_and_file(site: Path) -> None:
+    path = lock(site, ENV_ID)
+    module = site / "envhub_locktest" / "__init__.py"
+    module.write_text(module.read_text().replace("answer.strip() ==", "answer.strip().lower() =="))
+
+    refused = envhub(site, "rollout", ENV_ID, "-n", "2", "--locked", path.name, "--out", "run")
+    assert refused.returncode != 0
+    assert f"{ENV_ID} no longer runs on what {path.name} pins" in refused.stderr
+    assert "code changed: envhub_locktest/__init__.py changed" in refused.stderr
+    assert "grader changed: envhub_locktest/__init__.py changed" in refused.stderr
+    assert "data changed" not in refused.stderr and "sandbox changed" not in refused.stderr
+    assert (
+        f"re-lock with `envhub lock {ENV_ID} --out {path.name}` if the change is intended" in refused.stderr
+    )
+    assert not (site.parent / "run").exists()  # refused before anything ran or was stored
+
+    (site / "envhub_locktest" / "words.txt").write_text("apple pear plum fig\n")
+    (site / "envhub_locktest" / "extra.py").write_text("")
+    refused = envhub(site, "rollout", ENV_ID, "--locked", path.name)
+    assert "data changed: envhub_locktest/words.txt changed" in refused.stderr
+    assert "envhub_locktest/extra.py added" in refused.stderr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs Registry._spec to set Provenance(lock_hash=lock_hash(registration, self.index, kwargs)) "
+    "(envhub/registration.py, the lead's: /work/notes/s3/lock-to-lead.md); delete this mark with it",
+)
+def test_episodes_carry_the_hash_they_ran_under_and_show_displays_it(site: Path) -> None:
+    path = lock(site, ENV_ID)
+    locked = tomllib.loads(path.read_text())["envs"][ENV_ID]["hash"]
+    ran = envhub(site, "rollout", ENV_ID, "-n", "3", "--locked", path.name, "--out", "run")
+    assert ran.returncode == 0, ran.stderr
+    episodes = read_episodes(site.parent / "run")
+    assert [e.provenance.lock_hash for e in episodes] == [locked] * 3
+
+    shown = envhub(site, "show", "run", "--html", "report.html")
+    assert shown.returncode == 0, shown.stderr
+    assert f"lock: {locked} (3 episodes)" in shown.stdout
+    assert f"lock {locked}" in envhub(site, "show", "run", "--episode", "0").stdout
+    report = (site.parent / "run" / ".report.html").read_text()
+    assert f"<code>{locked}</code> (3 episodes)" in report
+
+
+def test_a_docker_tag_moved_to_another_image_is_refused(site: Path, tmp_path: Path) -> None:
+    """The image is built offline from the sandbox image already in the engine, then built again
+    differently under the same tag: the lock names the image id that changed."""
+    client = docker.from_env()
+    tag = f"envhub-locktest:{tmp_path.name.lower()}"
+    built: list[str] = []
+
+    def build(label: str) -> str:
+        dockerfile = f"FROM envhub/python:3-bookworm\nLABEL envhub.locktest={label}\n".encode()
+        image, _ = client.images.build(fileobj=io.BytesIO(dockerfile), tag=tag, pull=False, rm=True)
+        built.append(str(image.id))
+        return str(image.id)
+
+    try:
+        first = build("one")
+        path = lock(site, ENV_ID, "--kwarg", "backend=docker", "--kwarg", f"image={tag}")
+        sandbox_parts = tomllib.loads(path.read_text())["envs"][ENV_ID]["sandbox"]["parts"]
+        assert sandbox_parts == {"kind": "docker", "image": tag, "image id": first}
+        kwargs = ("--kwarg", "backend=docker", "--kwarg", f"image={tag}")
+        ran = envhub(site, "rollout", ENV_ID, "-n", "1", *kwargs, "--locked", path.name, "--out", "run")
+        assert ran.returncode == 0, ran.stderr
+
+        second = build("two")
+        assert second != first
+        refused = envhub(site, "rollout", ENV_ID, "-n", "1", *kwargs, "--locked", path.name)
+        assert refused.returncode != 0
+        assert f"sandbox changed: image id was {first}, now {second}" in refused.stderr
+        assert '--kwarg backend="docker"' in refused.stderr  # the re-lock command keeps the options
+        without_docker = envhub(site, "rollout", ENV_ID, "-n", "1", "--locked", path.name)
+        assert "sandbox changed: image removed; image id removed; kind was docker, now none" in (
+            without_docker.stderr
+        )
+    finally:
+        for image_id in built:  # the first build lost its tag to the second: removed by id
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                client.images.remove(image_id, force=True)
+        client.close()
+
+
+def test_the_local_sandbox_component_is_the_interpreter_the_sandbox_runs() -> None:
+    """tool-use runs in the local sandbox: its lock pins the `python3` that sandbox really executes
+    (asked inside a real bubblewrap sandbox) and its standard library, the same on every reading."""
+    parts = current("tool-use-v0").components["sandbox"].parts
+    assert parts["kind"] == "local"
+    assert parts["python binary"].startswith("sha256:") and parts["stdlib"].split()[1].startswith("sha256:")
+    assert current("tool-use-v0").components["sandbox"].parts == parts
+
+    async def inside() -> str:
+        box = await sandbox.open("local", policy=IsolationPolicy())
+        try:
+            result = await box.exec(
+                ["python3", "-c", "import os, sys; print(os.path.realpath(sys.executable))"]
+            )
+            return result.stdout.strip()
+        finally:
+            await box.close()
+
+    assert asyncio.run(inside()) == parts["python"]
+    assert parts["stdlib"].split()[0] == str(
+        Path(parts["python"]).parent.parent / "lib" / Path(parts["python"]).name
+    )
+
+
+def test_a_hand_edited_or_foreign_lockfile_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "envhub.lock"
+    path.write_text(dumps([Locked(current("arithmetic-v0"), {})]))
+    assert read(path)["arithmetic-v0"].entry.hash == current("arithmetic-v0").hash
+    assert check(path, "arithmetic").hash == current("arithmetic-v0").hash  # an unversioned id resolves
+    with pytest.raises(
+        ValueError, match=r"guess-number-v0 is not in .*envhub lock arithmetic-v0 guess-number-v0"
+    ):
+        check(path, "guess-number-v0")
+    text = path.read_text()
+    edited = text.replace('"kind" = "none"', '"kind" = "docker"')
+    assert edited != text
+    path.write_text(edited)
+    with pytest.raises(
+        ValueError, match="the combined and sandbox hashes of arithmetic-v0 do not match its parts"
+    ):
+        read(path)
+    path.write_text(text.replace("version = 1", "version = 7"))
+    with pytest.raises(ValueError, match="lockfile version 7"):
+        read(path)
+
+
+def test_an_env_registered_in_a_script_pins_its_own_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No distribution: the lock pins the module that defines the env (not the folder around it)."""
+    (tmp_path / "lockscript_coin.py").write_text(
+        textwrap.dedent(PLUGIN).replace(
+            '(Path(__file__).parent / "words.txt").read_text().split()', '["heads", "tails"]'
+        )
+    )
+    (tmp_path / "unrelated.txt").write_text("not part of the env\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    script_registry = Registry(discover_plugins=False)  # the shared registry stays as other tests see it
+    monkeypatch.setattr(lockfile, "registry", script_registry)
+    script_registry.register("lockscript/coin-v0", "lockscript_coin:Say")
+    path = tmp_path / "envhub.lock"
+    path.write_text(dumps([Locked(current("lockscript/coin-v0"), {})]))
+    parts = read(path)["lockscript/coin-v0"].entry.components
+    assert parts["code"].parts.keys() == {"lockscript_coin.py"} and parts["data"].parts == {}
+    assert parts["registry"].parts["package"] == "none (registered in code)"
+    check(path, "lockscript/coin-v0")
+
+    (tmp_path / "unrelated.txt").write_text("changed\n")
+    check(path, "lockscript/coin-v0")
+    module = tmp_path / "lockscript_coin.py"
+    module.write_text(module.read_text() + "\nEXTRA = 1\n")
+    with pytest.raises(LockMismatch, match=r"code changed: lockscript_coin\.py changed"):
+        check(path, "lockscript/coin-v0")
