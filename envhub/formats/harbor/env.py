@@ -162,9 +162,9 @@ class HarborEnv(envhub.ToolEnv):
         self.verifier_output = _clip(_describe(result))[-4000:]
         if result.timed_out:
             return self._zero(f"tests/test.sh ran past [verifier].timeout_sec = {verifier.timeout_sec:g} s")
-        raw_json = await workspace.read_reward("reward.json")
-        raw_text = None if raw_json is not None else await workspace.read_reward("reward.txt")
         try:
+            raw_json = await workspace.read_reward("reward.json")
+            raw_text = None if raw_json is not None else await workspace.read_reward("reward.txt")
             rewards = parse_rewards(raw_json, raw_text)
         except ValueError as exc:
             return self._zero(str(exc))

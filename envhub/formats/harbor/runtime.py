@@ -55,6 +55,9 @@ class Workspace:
     runtime: Runtime
     workdir: str
     tests: str = "/tests"
+    logs: str = "/logs"
+    """The tree the tests write below; emptied whole before they run (local: the real place /logs's links
+    name)."""
     verifier_logs: str = "/logs/verifier"
     """Where the tests write; what the host reads the reward from (local: the real place the link names)."""
     solution: str = "/solution"
@@ -69,13 +72,14 @@ class Workspace:
         Called only once the agent's turn is over: every command of the agent has ended, and with it
         every process it started (each exec kills what it leaves behind, in both backends).
         """
+        # The whole tree goes, not just the reward files: a link the agent put at /logs or on the way
+        # down would otherwise steer the tests' writes (or the host's read) somewhere it controls.
+        script = 'rm -rf -- "$1" && mkdir -p -- "$2"'
         result = await self.sandbox.exec(
-            ["/bin/sh", "-c", 'rm -rf -- "$1" && mkdir -p -- "$1"', "sh", self.verifier_logs], timeout=120
+            ["/bin/sh", "-c", script, "sh", self.logs, self.verifier_logs], timeout=120
         )
         if not result.ok:
-            raise HarborTaskError(
-                f"could not empty {self.verifier_logs} for the tests: {result.stderr.strip()}"
-            )
+            raise HarborTaskError(f"could not empty {self.logs} for the tests: {result.stderr.strip()}")
         if self.stage is not None:  # local: the host folder bound read-only at /tests
             target = self.stage / "tests"
             await asyncio.to_thread(_replace_tree, task.tests_dir, target)
@@ -89,11 +93,14 @@ class Workspace:
         await self.sandbox.exec(["chmod", "+x", f"{self.tests}/test.sh"], timeout=60)
 
     async def read_reward(self, name: str) -> bytes | None:
-        """The bytes of reward.txt or reward.json as the tests left them; None when absent."""
+        """The bytes of reward.txt or reward.json as the tests left them; None when absent, ValueError
+        when it is not a file the host reads (a link, a pipe: something the tests never write)."""
         try:
             return await self.sandbox.read_file(f"{self.verifier_logs}/{name}")
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise ValueError(f"{name} could not be read: {exc}") from None
 
     async def close(self) -> None:
         try:
@@ -362,6 +369,7 @@ async def open_local(task: HarborTask, planned: tuple[LocalPlan, str] | None = N
         sandbox=sandbox,
         runtime="local",
         workdir=plan.workdir,
+        logs=LOCAL_ROOT,
         verifier_logs=f"{LOCAL_ROOT}/logs/verifier",
         solution=f"{LOCAL_ROOT}/solution",
         stage=stage,
