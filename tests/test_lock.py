@@ -21,7 +21,7 @@ import docker
 import pytest
 
 import envhub.sandbox as sandbox
-from envhub.lock import lockfile
+from envhub.lock import LockError, lockfile
 from envhub.lock.lockfile import Locked, LockMismatch, check, current, dumps, read
 from envhub.registration import Registry
 from envhub.sandbox import IsolationPolicy
@@ -268,3 +268,16 @@ def test_an_env_registered_in_a_script_pins_its_own_module(
     module.write_text(module.read_text() + "\nEXTRA = 1\n")
     with pytest.raises(LockMismatch, match=r"code changed: lockscript_coin\.py changed"):
         check(path, "lockscript/coin-v0")
+
+
+def test_ids_made_from_files_elsewhere_are_refused_saying_what_to_do(tmp_path: Path) -> None:
+    """A served id's files are on its server, a format id's outside the registry: neither can be hashed
+    here, and saying so beats a lock that pins nothing."""
+    path = tmp_path / "envhub.lock"
+    path.write_text(dumps([Locked(current("arithmetic-v0"), {})]))
+    with pytest.raises(LockError, match="on the machine that serves it"):
+        current("ws://127.0.0.1:9/arithmetic-v0")
+    with pytest.raises(LockError, match="on the machine that serves it"):
+        check(path, "ws://127.0.0.1:9/arithmetic-v0")
+    with pytest.raises(LockError, match="made by a format plugin"):
+        check(path, f"harbor:{tmp_path}")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from envhub.lock.components import COMPONENTS, Component, LockEntry, LockError, lock_entry
-from envhub.registration import REMOTE_PREFIXES, registry
+from envhub.registration import REMOTE_PREFIXES, is_external, registry
 
 LOCKFILE_VERSION = 1
 HEADER = (
@@ -50,12 +50,22 @@ class Locked:
 
 def current(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> LockEntry:
     """What `env_id` (with these env options) runs on now, read from disk."""
+    _refuse_external(env_id)
+    return lock_entry(registry.resolve(env_id), registry.index, dict(env_kwargs or {}))
+
+
+def _refuse_external(env_id: str) -> None:
+    """A served id or a format id is made from files this machine's registry does not hold."""
     if env_id.startswith(REMOTE_PREFIXES):
         raise LockError(
             f"{env_id} is served by another machine, whose files cannot be read from here: "
             "run `envhub lock ID` on the machine that serves it"
         )
-    return lock_entry(registry.resolve(env_id), registry.index, dict(env_kwargs or {}))
+    if is_external(env_id):
+        raise LockError(
+            f"{env_id} is made by a format plugin from outside files, which envhub cannot lock yet: "
+            "lock the ids of registered plugins, or pin the files yourself (a commit of the task folder)"
+        )
 
 
 def dumps(entries: Iterable[Locked]) -> str:
@@ -115,7 +125,8 @@ def _locked(path: Path, env_id: str, table: Mapping[str, Any]) -> Locked:
 def check(path: Path, env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> LockEntry:
     """Refuse (LockMismatch) unless `env_id` runs now on exactly what the lockfile at `path` pins."""
     lockfile = read(path)
-    resolved = env_id if env_id.startswith(REMOTE_PREFIXES) else registry.resolve(env_id).id
+    _refuse_external(env_id)
+    resolved = registry.resolve(env_id).id
     locked = lockfile.get(resolved)
     if locked is None:
         listed = ", ".join(sorted(lockfile)) or "no ids"
