@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from openenv.core import GenericEnvClient  # type: ignore[import-untyped]
+from openenv.core.env_server.mcp_types import Tool  # type: ignore[import-untyped]
 from openenv.core.env_server.types import (  # type: ignore[import-untyped]
     EnvironmentMetadata,
     HealthResponse,
@@ -23,6 +24,7 @@ from openenv.core.env_server.types import (  # type: ignore[import-untyped]
     SchemaResponse,
     State,
 )
+from openenv.core.harness import StepEnvSessionAdapter  # type: ignore[import-untyped]
 from websockets.exceptions import ConnectionClosed
 
 import envhub
@@ -229,3 +231,34 @@ async def test_the_openenv_format_plays_an_envhub_served_env_like_the_local_one(
             higher = theirs.observation[0].text == "higher"
             low, high = (int(guess) + 1, high) if higher else (low, int(guess) - 1)
     assert mine.reward == 1.0
+
+
+def test_openenvs_harness_session_plays_an_envhub_env(served: Server) -> None:
+    """The session TRL's OpenEnv harness drives (openenv-core's `StepEnvSessionAdapter` over a step/reset/
+    state client) plays guess-number through a `guess` tool; its reward is the in-process episode's."""
+    guess_tool = Tool(name="guess", description="Guess the number.", input_schema={
+        "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})  # fmt: skip
+    session = StepEnvSessionAdapter(
+        GenericEnvClient(base_url=openenv_url(served, "guess-number")),
+        seed=11,
+        tool_specs=[guess_tool],
+        action_builder=lambda name, arguments: {"message": str(arguments["n"])},
+        initial_messages_builder=lambda result, task: result.observation["messages"],
+    )
+    local = envhub.make("guess-number")
+    try:
+        prompt, _ = asyncio.run(local.reset(seed=11))
+        assert session.initial_messages() == [m.to_openai() for m in prompt]
+        low, high = 1, 100
+        while True:
+            n = (low + high) // 2
+            called = session.call_tool("guess", {"n": n})
+            mine = asyncio.run(local.step(str(n)))
+            assert called.data["observation"]["messages"] == [m.to_openai() for m in mine.observation]
+            if called.done:
+                break
+            low, high = (n + 1, high) if mine.observation[0].text == "higher" else (low, n - 1)
+        verdict = session.verify(transcript=[])
+        assert verdict.env_reward == mine.reward == 1.0 and verdict.done
+    finally:
+        session.close()
