@@ -19,13 +19,18 @@ from pathlib import Path
 
 import docker
 import pytest
+from typer.testing import CliRunner
 
 import envhub.sandbox as sandbox
+from envhub.cli import app
+from envhub.core import Provenance
 from envhub.lock import LockError, lockfile
 from envhub.lock.lockfile import Locked, LockMismatch, check, current, dumps, read
+from envhub.messages import Message
+from envhub.records import Episode, episode_id
 from envhub.registration import Registry
 from envhub.sandbox import IsolationPolicy
-from envhub.store import read_episodes
+from envhub.store import BatchSpec, BatchStore, read_episodes
 
 ENV_ID = "locktest/say-v0"
 PLUGIN = '''
@@ -281,3 +286,36 @@ def test_ids_made_from_files_elsewhere_are_refused_saying_what_to_do(tmp_path: P
         check(path, "ws://127.0.0.1:9/arithmetic-v0")
     with pytest.raises(LockError, match="made by a format plugin"):
         check(path, f"harbor:{tmp_path}")
+
+
+def test_the_hash_an_episode_carries_is_stored_and_shown(tmp_path: Path) -> None:
+    """Through the real store, `envhub show` and the HTML report: two hashes and an episode from before
+    locks existed, each counted."""
+    hashes = ["sha256:" + "a" * 64, "sha256:" + "b" * 64, "sha256:" + "a" * 64, None]
+    store = BatchStore.open(
+        tmp_path / "batch",
+        BatchSpec(env_id="arithmetic-v0", policy="oracle", seed=0),
+        episodes=4,
+        resume=False,
+    )
+    for index, lock_hash in enumerate(hashes):
+        store.add(
+            Episode(
+                episode_id=episode_id(index),
+                env_id="arithmetic-v0",
+                provenance=Provenance(package="envhub-games", lock_hash=lock_hash),
+                seed=index,
+                policy="oracle",
+                prompt=[Message(role="user", content="2 + 2?")],
+            )
+        )
+    store.close()
+    assert [e.provenance.lock_hash for e in read_episodes(tmp_path / "batch")] == hashes
+
+    shown = CliRunner().invoke(app, ["show", str(tmp_path / "batch"), "--html", str(tmp_path / "r.html")])
+    assert shown.exit_code == 0, shown.output
+    assert f"lock: {hashes[0]} (2 episodes), {hashes[1]} (1 episode); 1 episode without one" in shown.output
+    one = CliRunner().invoke(app, ["show", str(tmp_path / "batch"), "--episode", "1"])
+    assert f"lock {hashes[1]}" in " ".join(one.output.split())  # the header wraps at the terminal's width
+    report = (tmp_path / "r.html").read_text()
+    assert f"<code>{hashes[0]}</code> (2 episodes), <code>{hashes[1]}</code> (1 episode)" in report
