@@ -117,10 +117,12 @@ def test_a_dockerfile_the_local_runtime_cannot_honour_is_refused_naming_the_line
         make("order-total", "local")
 
 
-async def test_a_base_image_missing_from_the_offline_engine_is_named() -> None:
-    env = make("pip-table", "docker")
+async def test_a_base_image_missing_from_the_offline_engine_is_named(tmp_path: Path) -> None:
+    task = shutil.copytree(TASKS / "hello-json", tmp_path / "hello-json")
+    (task / "environment" / "Dockerfile").write_text("FROM envhub/never-loaded:0\nWORKDIR /app\n")
+    env = envhub.make(f"harbor:{task}", runtime="docker")
     async with env:
-        with pytest.raises(SandboxUnavailable, match=r"FROM python:3\.11-slim, which is not loaded"):
+        with pytest.raises(SandboxUnavailable, match=r"FROM envhub/never-loaded:0, which is not loaded"):
             await env.reset(seed=0)
 
 
