@@ -19,7 +19,9 @@ from envhub.store.manifest import write_atomically
 
 @app.command()
 def lock(
-    env_ids: Annotated[list[str], typer.Argument(help="The env ids to pin, e.g. arithmetic-v0 tool-use-v0.")],
+    env_ids: Annotated[
+        list[str], typer.Argument(metavar="ID...", help="The env ids to pin, e.g. arithmetic-v0 tool-use-v0.")
+    ],
     kwarg: Annotated[
         list[str] | None,
         typer.Option(
