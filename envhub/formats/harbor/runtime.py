@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,10 +260,12 @@ def pip_site(python: str, packages: list[str]) -> Path:
         return site
     building = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=root))
     result = subprocess.run(
-        [
-            python,
+        [  # this venv's pip, installing for `python`: a fresh machine's system Python may have no pip
+            sys.executable,
             "-m",
             "pip",
+            "--python",
+            python,
             "install",
             "--no-input",
             "--disable-pip-version-check",
