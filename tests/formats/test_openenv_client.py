@@ -5,6 +5,7 @@ served by openenv-core's app factory on uvicorn in a process of its own, as Open
 
 from __future__ import annotations
 
+import asyncio
 import random
 import signal
 import subprocess
@@ -87,6 +88,7 @@ async def test_an_openenv_episode_plays_under_envhubs_contract(guess: Uvicorn) -
     env = envhub.make(f"openenv:{guess.url}")
     assert isinstance(env, OpenEnvEnv)
     assert env.spec is not None and env.spec.id == f"openenv:{guess.url}"
+    assert envhub.spec(f"openenv:{guess.url}").provenance.data_source == guess.url
     [tool] = env.tools
     assert tool.name == "GuessAction" and tool.description == "A guess at the hidden number."
     assert set(tool.parameters["properties"]) == {"guess"} and tool.parameters["required"] == ["guess"]
@@ -197,3 +199,13 @@ def test_a_url_that_is_no_openenv_server_is_refused_saying_so(
         envhub.make(f"openenv:{echo.url}/nothing-here")
     monkeypatch.setenv(TOKEN_ENV, "s3cret")  # sent, and ignored by a server that asks for none
     assert envhub.make(f"openenv:{echo.url}").tools
+
+
+def test_episodes_in_event_loops_of_their_own_each_get_a_session(guess: Uvicorn) -> None:
+    """What `asyncio.run` per episode does (a sync caller): each reset opens a session in its loop."""
+    env = envhub.make(f"openenv:{guess.url}")
+    for seed in (1, 2):
+        observation, _ = asyncio.run(env.reset(seed=seed))
+        assert observation[0].text.startswith("Guess")
+    with pytest.raises(envhub.InfrastructureError, match="another event loop"):
+        asyncio.run(env.step(guess_call(50)))

@@ -165,6 +165,7 @@ class OpenEnvEnv(ChatEnv):
         self.schemas = fetch_schemas(self.url, self._headers)
         self.action = ActionShape.of(self.schemas.action)
         self._socket: ClientConnection | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = asyncio.Lock()
         self._observation: dict[str, Any] = {}
 
@@ -232,6 +233,13 @@ class OpenEnvEnv(ChatEnv):
 
     async def _ask(self, frame: wire.Reset | wire.Step | wire.State) -> wire.Reply:
         """Send one frame and read its answer; a lost connection is an InfrastructureError."""
+        if self._socket is not None and self._loop is not asyncio.get_running_loop():
+            # A socket serves only the event loop that opened it: a new episode opens another session.
+            self._socket, self._lock = None, asyncio.Lock()
+            if not isinstance(frame, wire.Reset):
+                raise InfrastructureError(
+                    f"{self.ws_url}: the episode's session was opened in another event loop; reset() here"
+                )
         async with self._lock:
             socket = self._socket or await self._connect()
             text: str | bytes | None
@@ -263,6 +271,7 @@ class OpenEnvEnv(ChatEnv):
             raise InfrastructureError(
                 f"could not connect to the OpenEnv server at {self.ws_url}: {exc}"
             ) from exc
+        self._loop = asyncio.get_running_loop()
         return self._socket
 
 
