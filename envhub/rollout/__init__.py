@@ -1,6 +1,7 @@
 """Running episodes in batch and summarising them; `rollout()` is the entry point for every caller."""
 
 from envhub.rollout.batch import RolloutResult, error_rate_problem, failed, fresh_run_dir, rollout
+from envhub.rollout.ray_backend import RayEpisodePool
 from envhub.rollout.runner import BatchResult, EpisodeRef, RolloutLimits, plan, run_batch, run_episode
 from envhub.rollout.summary import BatchSummary, summarize, summary_table
 
@@ -8,6 +9,7 @@ __all__ = [
     "BatchResult",
     "BatchSummary",
     "EpisodeRef",
+    "RayEpisodePool",
     "RolloutLimits",
     "RolloutResult",
     "error_rate_problem",

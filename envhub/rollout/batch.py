@@ -19,7 +19,7 @@ from envhub.policies import Policy
 from envhub.records import RETRYABLE, Episode
 from envhub.registration import registry
 from envhub.rollout.kwargs import check_env_kwargs
-from envhub.rollout.ray_backend import PolicyFactory, ray_address, run_batch_ray
+from envhub.rollout.ray_backend import PolicyFactory, RayEpisodePool, ray_address, run_batch_ray
 from envhub.rollout.runner import BatchResult, EpisodeRef, RolloutLimits, plan, run_batch
 from envhub.store import BatchSpec, BatchStore, read_episodes
 
@@ -91,7 +91,7 @@ async def rollout(
     resume: bool = False,
     retry_errors: bool = False,
     shard_size: int = 256,
-    backend: str = "local",
+    backend: str | RayEpisodePool = "local",
     ray_workers: int | None = None,
     policy_label: str | None = None,
     on_start: Callable[[int, int], None] | None = None,
@@ -104,15 +104,17 @@ async def rollout(
     backend takes, since it must pickle). `resume` completes the batch in `out`, and `retry_errors`
     also plays again the episodes that ended in error there (cut-offs by a time limit included).
     `policy_label` names the policy in the manifest (a resume must repeat it); `on_start(total,
-    stored)` is called once the options passed their checks and the store is open. `ray_workers` is
-    the number of Ray actors (default: one per CPU of the cluster, at most `limits.concurrency`).
+    stored)` is called once the options passed their checks and the store is open. `backend` is
+    "local", a Ray address (`ray`, `auto`, `ray://HOST:PORT`: actors for this call only) or a
+    `RayEpisodePool` whose actors, envs and policies outlive the call. `ray_workers` is the number of
+    Ray actors (default: one per CPU of the cluster, at most `limits.concurrency`).
     Interrupted (Ctrl-C, cancelled), it keeps every finished episode in `out` and re-raises.
     """
     limits = limits or RolloutLimits()
     env_kwargs = dict(env_kwargs or {})
     resolved = registry.spec(env_id).id  # every backend plays this version, whatever a worker resolves
     refs = plan(episodes, seed=seed) if isinstance(episodes, int) else list(episodes)
-    address = None if backend == "local" else ray_address(backend)
+    address = None if backend == "local" or isinstance(backend, RayEpisodePool) else ray_address(backend)
     if backend != "local" and isinstance(policy, Policy):
         raise TypeError(
             "the Ray backend builds the policy on each worker: pass a picklable factory, "
@@ -172,7 +174,7 @@ async def _play(
     limits: RolloutLimits,
     env_kwargs: dict[str, Any],
     record: Callable[[Episode], None],
-    backend: str,
+    backend: str | RayEpisodePool,
     address: str | None,
     ray_workers: int | None = None,
 ) -> BatchResult:
@@ -190,6 +192,7 @@ async def _play(
             on_episode=record,
             address=address,
             workers=ray_workers,
+            pool=backend if isinstance(backend, RayEpisodePool) else None,
         )
     player = policy if isinstance(policy, Policy) else policy()
     try:

@@ -17,7 +17,7 @@ import torch
 
 from envhub.policies.base import Policy
 from envhub.policies.hf import TransformersPolicy
-from envhub.rollout.ray_backend import PolicyFactory
+from envhub.rollout.ray_backend import PolicyFactory, RayEpisodePool
 
 
 def weights_checksum(state: dict[str, torch.Tensor]) -> str:
@@ -38,8 +38,8 @@ class RolloutEngine(Protocol):
     version: int
 
     @property
-    def backend(self) -> str:
-        """The `envhub.rollout` backend its episodes are played on: "local", or a Ray one."""
+    def backend(self) -> str | RayEpisodePool:
+        """The `envhub.rollout` backend its episodes are played on: "local", or the run's Ray actors."""
         ...
 
     def player(self, *, greedy: bool = False) -> Policy | PolicyFactory:

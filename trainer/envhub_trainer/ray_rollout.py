@@ -3,16 +3,20 @@ played by envhub's own Ray backend, the one `envhub rollout --backend ray` uses.
 
     driver (the trainer: weights, optimiser, metrics)
       |-- sync(weights, version) --------------> RolloutWorker x rollout_workers  (an in-process engine)
-      |-- envhub.rollout.rollout(backend="ray") -> EpisodeWorker x env_workers   (envhub's runner)
+      |-- envhub.rollout.rollout(backend=pool) -> EpisodeWorker x env_workers   (envhub's runner)
                                                     |-- act(turn) --> a RolloutWorker --> Generation
 
 `RayEngine` is the driver's `RolloutEngine`, so grpo.py's sync, checksum and version code is the same
-with or without Ray; its `player` is a picklable `RemotePlayer`, which each episode actor calls to
-build the policy that sends turns to the rollout workers. A rollout worker keeps one policy of its
-engine per episode, so token-drift tracking and turn batching behave as in one process. envhub's
-backend restarts a killed episode actor and re-runs its in-flight episodes; a rollout worker is never
-restarted (a fresh one would sample with the starting weights), so losing one stops the run. This
-module imports Ray; the training loop imports it only when `ray: true`.
+with or without Ray. Its `backend` is a `RayEpisodePool` made once per run: the episode actors, their
+envs and their policies are started on the first step and kept for every later step and evaluation
+(envs reset between episodes), and closed with the engine. Its `player` is a picklable `RemotePlayer`,
+which each episode actor calls once to build the policy that sends turns to the rollout workers; that
+policy holds only actor handles, so it stays right across weight syncs, which reach the rollout
+workers. A rollout worker keeps one policy of its engine per episode, so token-drift tracking and turn
+batching behave as in one process. envhub's backend restarts a killed episode actor and re-runs its
+in-flight episodes; a rollout worker is never restarted (a fresh one would sample with the starting
+weights), so losing one stops the run. This module imports Ray; the training loop imports it only
+when `ray: true`.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 from envhub.core import Action, Env
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
-from envhub.rollout.ray_backend import PolicyFactory, RayWorkerLost, init_ray
+from envhub.rollout.ray_backend import PolicyFactory, RayEpisodePool, RayWorkerLost, init_ray
 from envhub.tools import ToolSpec
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.remote_policy import RemotePlayer
@@ -136,8 +140,10 @@ def _connect(address: str | None) -> int | None:
     return _LocalRay.session
 
 
-def _release(actors: list[Actor], session: int | None) -> None:
-    """End the actors (a dead one needs nothing), then Ray itself if we started it and no engine is left."""
+def _release(episodes: RayEpisodePool, actors: list[Actor], session: int | None) -> None:
+    """End the episode actors and the rollout workers (a dead one needs nothing), then Ray itself if we
+    started it and no engine is left."""
+    episodes.close()
     for actor in actors:
         with contextlib.suppress(Exception):  # already dead, or Ray already shut down at exit
             ray.kill(actor, no_restart=True)
@@ -156,18 +162,18 @@ def _release(actors: list[Actor], session: int | None) -> None:
 class RayEngine:
     """The driver's `RolloutEngine`: `rollout_workers` engine actors; episodes on envhub's Ray backend.
 
-    Its actors end when `close()` is called (the training loop does, on success and error alike) or
-    when the engine is garbage-collected.
+    Its actors (engine and episode actors) end when `close()` is called (the training loop does, on
+    success and error alike) or when the engine is garbage-collected.
     """
-
-    backend = "ray"
-    """Ray is running once the engine exists, so envhub's backend joins it whatever `ray_address` was."""
 
     def __init__(self, config: TrainConfig, model_dir: str | Path, build: EngineBuilder) -> None:
         self.config, self.model_dir, self.version = config, Path(model_dir), 0
         self._tokenizer: Any = None
         self._actors: list[Actor] = []
-        self._finalizer = weakref.finalize(self, _release, self._actors, _connect(config.ray_address))
+        session = _connect(config.ray_address)
+        self.backend = RayEpisodePool()
+        """The run's episode actors. Ray is running once the engine exists, so the pool joins it."""
+        self._finalizer = weakref.finalize(self, _release, self.backend, self._actors, session)
         try:
             self.rollout_workers = self._start_actors(build)
             self.policy_name: str = self._all([self.rollout_workers[0].policy_name.remote()])[0]
