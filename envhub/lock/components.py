@@ -36,6 +36,8 @@ from envhub.ids import EnvId
 from envhub.index import RegistryIndex
 from envhub.lock.digest import file_parts, parts_hash, sha256_file, tree_files
 
+_T = TypeVar("_T")
+
 COMPONENTS = ("code", "data", "sandbox", "grader", "registry")
 CODE_SUFFIXES = (".py", ".pyi", ".so", ".pyd")
 """Files Python imports; everything else in a package is data."""
@@ -44,7 +46,6 @@ GRADER_PACKAGES = ("grading", "rewards")
 SANDBOX_KINDS = ("none", "local", "docker", "e2b", "browser")
 SANDBOX_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 """Where the local sandbox finds `python3` (envhub.sandbox.bwrap.DEFAULT_PATH, in order)."""
-_T = TypeVar("_T")
 PINNED_DIST = re.compile(r"^(?P<name>[A-Za-z0-9][\w.-]*)==(?P<version>[\w.]+)")
 
 
@@ -102,7 +103,10 @@ def lock_entry(
     row = _registry_row(registered.env_id, index)
     module = _module_name(registered.entry_point)
     scope = module if registered.package is None else module.partition(".")[0]
-    code, data = _read(("package", scope), lambda: _package_parts(registered, module), reuse)
+    read = _read(
+        ("package", str(registered.package), scope), lambda: _package_parts(registered, module), reuse
+    )
+    code, data = dict(read[0]), dict(read[1])  # copies: the remembered parts stay as they were read
     source = _data_distribution(row)
     kind, image = _sandbox_kind(kwargs, row), kwargs.get("image")
     entry = LockEntry(
@@ -111,7 +115,7 @@ def lock_entry(
             "code": Component(code),
             "data": Component(data | _read(("dist", str(source)), lambda: _dist_parts(source), reuse)),
             "sandbox": Component(
-                _read(("sandbox", kind, str(image)), lambda: sandbox_parts(kind, image), reuse)
+                dict(_read(("sandbox", kind, str(image)), lambda: sandbox_parts(kind, image), reuse))
             ),
             "grader": Component(_read(("grader",), _core_grader_parts, reuse) | _module_parts(module)),
             "registry": Component(_registry_parts(registered, row)),
