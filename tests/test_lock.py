@@ -157,7 +157,7 @@ def test_episodes_carry_the_hash_they_ran_under_and_show_displays_it(site: Path)
     assert shown.returncode == 0, shown.stderr
     assert f"lock: {locked} (3 episodes)" in shown.stdout
     assert f"lock {locked}" in envhub(site, "show", "run", "--episode", "0").stdout
-    report = (site.parent / "run" / ".report.html").read_text()
+    report = (site.parent / "report.html").read_text()
     assert f"<code>{locked}</code> (3 episodes)" in report
 
 
