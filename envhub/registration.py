@@ -30,6 +30,7 @@ from typing import Any
 from envhub.core import Env, EnvSpec, Provenance
 from envhub.ids import EnvId, InvalidEnvId, parse_env_id
 from envhub.index import RegistryIndex, default_index
+from envhub.lock import lock_hash
 
 ENTRY_POINT_GROUP = "envhub.envs"
 NAMESPACE_GROUP = "envhub.namespaces"
@@ -292,6 +293,7 @@ class Registry:
                 default_sandbox=entry.default_sandbox
                 if entry
                 else (source.default_sandbox if source else None),
+                lock_hash=lock_hash(registration, self.index, kwargs),  # what `envhub lock` would pin
             ),
         )
 

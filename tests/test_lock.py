@@ -140,11 +140,6 @@ def test_an_edited_plugin_file_is_refused_naming_the_component_and_file(site: Pa
     assert "envhub_locktest/extra.py added" in refused.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs Registry._spec to set Provenance(lock_hash=lock_hash(registration, self.index, kwargs)) "
-    "(envhub/registration.py, the lead's: /work/notes/s3/lock-to-lead.md); delete this mark with it",
-)
 def test_episodes_carry_the_hash_they_ran_under_and_show_displays_it(site: Path) -> None:
     path = lock(site, ENV_ID)
     locked = tomllib.loads(path.read_text())["envs"][ENV_ID]["hash"]
