@@ -30,6 +30,7 @@ from envhub.messages import Message
 from envhub.policies import Policy, load_policy
 from envhub.records import Episode
 from envhub.rollout import RayEpisodePool, RolloutLimits, plan, rollout
+from envhub.rollout.ray_backend import KEPT
 from envhub.store import read_episodes
 from envhub.testing.process import ray_actor_pids
 from envhub.tools import ToolSpec
@@ -52,6 +53,15 @@ def events(log: Path, what: str) -> list[int]:
     """The processes in which `what` happened, one entry per time."""
     lines = log.read_text().split("\n") if log.exists() else []
     return [int(line.split()[1]) for line in lines if line.startswith(f"{what} ")]
+
+
+def closed_policies(log: Path) -> list[str]:
+    """The policies closed so far, in order, by what they add to the number."""
+    return [
+        line.split()[0].removeprefix("closed-policy")
+        for line in log.read_text().splitlines()
+        if line.startswith("closed-policy")
+    ]
 
 
 class Repeat(envhub.SingleTurnEnv):
@@ -84,11 +94,14 @@ class Repeat(envhub.SingleTurnEnv):
 
 
 class Repeater(Policy):
-    """Answers the last number it was shown plus `offset` (0: always right)."""
+    """Answers the last number it was shown plus `offset` (0: always right); notes its close in `log`."""
 
-    def __init__(self, offset: int) -> None:
-        self.offset = offset
+    def __init__(self, offset: int, log: str) -> None:
+        self.offset, self.log = offset, log
         self.name = f"repeater+{offset}"
+
+    async def close(self) -> None:
+        note(self.log, f"closed-policy+{self.offset}")
 
     async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Action:
         return str(int(re.findall(r"\d+", str(messages[-1].content))[-1]) + self.offset)
@@ -103,7 +116,7 @@ class BuildRepeater:
 
     def __call__(self) -> Policy:
         note(self.log, "policy")
-        return Repeater(self.offset)
+        return Repeater(self.offset, self.log)
 
 
 envhub.register(ENV, Repeat, override=True)
@@ -169,6 +182,30 @@ async def test_a_pool_keeps_its_actors_envs_and_policies_across_batches(
     assert [e.policy for e in wrong.episodes] == ["repeater+1"] * 4  # a new factory is a new policy
     assert all(e.reward == 0.0 for e in wrong.episodes)
     assert sorted(events(Path(log), "closed")) == sorted(events(Path(log), "made"))  # close() closed them
+
+
+async def test_an_actor_keeps_its_latest_policies_and_closes_older_idle_ones(
+    local_ray: None, tmp_path: Path
+) -> None:
+    """A long-lived pool given a new factory per batch does not pile up policies: beyond `KEPT`, the
+    least recently used is closed, and built again if its factory comes back."""
+    log = str(tmp_path / "log")
+    with RayEpisodePool() as pool:
+        for offset in [*range(KEPT + 1), 0]:
+            await rollout(
+                ENV,
+                BuildRepeater(log, offset),
+                episodes=2,
+                limits=RolloutLimits(concurrency=1),
+                env_kwargs={"log": log},
+                backend=pool,
+                ray_workers=1,
+            )
+        closed_before_close = closed_policies(Path(log))
+    assert len(events(Path(log), "policy")) == KEPT + 2  # the first factory's policy was built twice
+    assert closed_before_close == ["+0", "+1"]
+    assert len(events(Path(log), "made")) == 1  # one env, whatever the policy
+    assert sorted(closed_policies(Path(log))[2:]) == ["+0", "+2", "+3", "+4"]  # the rest at close()
 
 
 async def test_an_actor_ray_restarted_is_replaced_before_the_next_batch(

@@ -1,16 +1,15 @@
 """The Ray backend of `envhub rollout`: the same batch, its episodes spread over Ray actors.
 
-Each actor keeps a small pool of `EnvWorker`s, so environments and their sandboxes are made once per
-actor and reset between episodes, exactly as in the asyncio runner, and builds the policy by calling
-a picklable factory (a live policy may hold clients or GPU weights that do not pickle;
-`functools.partial(load_policy, "oracle")` is one). The driver hands out episode references, keeps at
-most `limits.concurrency` in flight, and calls `on_episode` as each episode comes back, so the store,
-resume and the progress bar work unchanged.
+A `RayEpisodePool` holds the actors. Each keeps its environments in `EnvWorker`s, made once and reset
+between episodes exactly as in the asyncio runner, and builds the policy by calling a picklable
+factory (a live policy may hold clients or GPU weights that do not pickle;
+`functools.partial(load_policy, "oracle")` is one). The driver hands out episode references, keeps
+at most `limits.concurrency` in flight, and calls `on_episode` as each episode comes back, so the
+store, resume and the progress bar work unchanged.
 
-A `RayEpisodePool` keeps those actors for many batches: a caller that plays batch after batch (the
-trainer, once per step) makes one, passes it as `rollout(backend=pool)`, and closes it at the end, so
-actors, envs and policies are started once, not per batch. `run_batch_ray` without a pool makes one for
-the batch and closes it afterwards (the command line's one-shot run).
+The pool outlives a batch: a caller that plays batch after batch (the trainer, once per step) makes
+one, passes it as `rollout(backend=pool)` and closes it at the end, so actors, envs and policies start
+once, not per batch. `run_batch_ray` without a pool makes one for its batch (the command line's run).
 
 An env registered with `envhub.register` in the driver only (a script's, a test's, a training run's)
 is sent to the actors and registered there too, since their processes never ran that call; plugin
@@ -37,7 +36,7 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from envhub.policies import Policy, load_policy
 from envhub.records import Episode
@@ -50,14 +49,17 @@ PolicyFactory = Callable[[], Policy]
 Actor = Any
 """A Ray handle to an `EpisodeWorker` actor (Ray's annotations of actor calls do not type-check)."""
 
+T = TypeVar("T")
+
 ACTOR_RESTARTS = 3
 """How often Ray restarts one dead actor (re-running its in-flight episodes) before the batch stops."""
 
 CLOSE_TIMEOUT = 30.0
 """Seconds the actors get to close their environments when a pool closes before being killed."""
 
-KEPT_POLICIES = 4
-"""Policies (one per factory) an actor keeps built; the least recently used idle one is closed first."""
+KEPT = 4
+"""Policies (one per factory) and kinds of env (one per id and options) an actor keeps between
+batches; the least recently used one that no episode is using is closed first."""
 
 
 class RayWorkerLost(RuntimeError):
@@ -88,78 +90,105 @@ def init_ray(address: str | None) -> None:
         ray.init(address=address, logging_level=logging.WARNING)
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """What every episode of one batch shares; an actor fetches it once, on the batch's first episode."""
+
+    env_id: str
+    env_kwargs: dict[str, Any]
+    registration: Registration | None
+    """The driver's own `register()` of the env, which the actors' processes never ran."""
+    env_key: str
+    """Names the env and its options: envs made for it serve every later batch with the same key."""
+    policy: PolicyFactory
+    policy_key: str
+    """Names the factory: its policy serves every later batch with the same key."""
+    limits: RolloutLimits
+    serve_token: str | None
+    """The driver's `envhub serve` token for a remote id (an actor's process may not inherit it)."""
+
+
 class EpisodeWorker:
-    """A Ray actor: a pool of environments of one env (and options), playing the episodes it is sent.
+    """A Ray actor playing the episodes it is sent, of any env, keeping envs and policies between them.
 
     Its methods are async, so Ray runs several episodes at once on the actor's event loop; each takes
-    an idle `EnvWorker` from the pool (or makes one) and returns it afterwards. The policy comes with
-    each episode as a factory and a token naming it: the first episode of a token builds the policy,
-    the next ones reuse it.
+    an idle `EnvWorker` of its env from the actor's pool (or makes one) and returns it afterwards.
     """
 
-    def __init__(
-        self, env_id: str, env_kwargs: dict[str, Any], registration: Registration | None = None
-    ) -> None:
-        if registration is not None:  # registered in the driver only: this process never saw it
-            registry.register(
-                env_id,
-                registration.entry_point,
-                max_turns=registration.max_turns,
-                kwargs=registration.kwargs,
-                override=True,
-            )
-        self.env_id, self.env_kwargs = env_id, env_kwargs
+    def __init__(self) -> None:
         self.incarnation = uuid.uuid4().hex
-        """Changes when Ray restarts the actor: the driver retires a restarted actor between batches."""
+        """Changes when Ray restarts the actor: the driver replaces a restarted actor between batches."""
+        self.batches: OrderedDict[str, _Batch] = OrderedDict()
         self.policies: OrderedDict[str, Policy] = OrderedDict()
+        self.idle: OrderedDict[str, list[EnvWorker]] = OrderedDict()
+        """Idle env workers by env key, least recently used first."""
         self.playing: Counter[str] = Counter()
-        self.idle: list[EnvWorker] = []
-        self.workers: list[EnvWorker] = []
+        """Episodes in flight by policy key and by env key: what is in use is never closed."""
+        self.workers: set[EnvWorker] = set()
+        """Every env worker, idle or playing: `close()` closes them all."""
 
     async def play(
-        self,
-        ref: EpisodeRef,
-        budget_ends_at: float | None,
-        limits: RolloutLimits,
-        token: str,
-        policy: PolicyFactory,
+        self, ref: EpisodeRef, budget_ends_at: float | None, batch_key: str, batch: list[Any]
     ) -> tuple[Episode, str]:
-        """Play the episode `ref` names; `budget_ends_at` is the batch's end in `time.time()` seconds.
-        Returns the episode and this actor's incarnation.
+        """Play the episode `ref` names; returns it and this actor's incarnation.
 
-        The end is absolute, not "seconds left", so an episode re-run after a restart keeps the
-        batch's deadline instead of getting a fresh budget.
+        `batch` is `[ObjectRef of a _Batch]`, in a list so that Ray does not fetch it for every episode.
+        `budget_ends_at` is the batch's end in `time.time()` seconds: absolute, not "seconds left", so
+        an episode re-run after a restart keeps the batch's deadline instead of getting a fresh budget.
         """
         loop = asyncio.get_running_loop()
         deadline = None if budget_ends_at is None else loop.time() + (budget_ends_at - time.time())
-        player = self._policy(token, policy)
-        worker = self.idle.pop() if self.idle else self._new_worker(player, limits)
-        worker.policy, worker.limits = player, limits  # this batch's, for a worker kept from another
-        self.playing[token] += 1
+        spec = await self._batch(batch_key, batch[0])
+        policy = _recent(self.policies, spec.policy_key)
+        self.policies[spec.policy_key] = policy = spec.policy() if policy is None else policy
+        idle = _recent(self.idle, spec.env_key)
+        self.idle[spec.env_key] = idle = [] if idle is None else idle
+        if idle:
+            worker = idle.pop()
+            worker.policy, worker.limits = policy, spec.limits  # this batch's, for one kept from another
+        else:
+            worker = EnvWorker(spec.env_id, spec.env_kwargs, policy, spec.limits, seed=None)
+            self.workers.add(worker)
+        self.playing.update((spec.policy_key, spec.env_key))
         try:
             episode = await worker.play(ref, budget_deadline=deadline)
         finally:
-            self.playing[token] -= 1
-            self.idle.append(worker)
-        await self._forget_policies()
+            self.playing.subtract((spec.policy_key, spec.env_key))
+            self.idle[spec.env_key].append(worker)
+        await self._forget()
         return episode, self.incarnation
 
-    def _new_worker(self, policy: Policy, limits: RolloutLimits) -> EnvWorker:
-        worker = EnvWorker(self.env_id, self.env_kwargs, policy, limits, seed=None)
-        self.workers.append(worker)
-        return worker
+    async def _batch(self, key: str, batch: Any) -> _Batch:
+        """The batch `key` names: fetched (and its env registered here) on its first episode."""
+        spec = _recent(self.batches, key)
+        if spec is None:
+            spec = await batch
+            assert isinstance(spec, _Batch)
+            if spec.registration is not None:  # registered in the driver only: this process never saw it
+                registration = spec.registration
+                registry.register(
+                    spec.env_id,
+                    registration.entry_point,
+                    max_turns=registration.max_turns,
+                    kwargs=registration.kwargs,
+                    override=True,
+                )
+            if spec.serve_token is not None:
+                from envhub.serve.client import TOKEN_ENV  # a remote id: the client is needed anyway
 
-    def _policy(self, token: str, factory: PolicyFactory) -> Policy:
-        """The policy `token` names, built on its first episode here."""
-        policy = self.policies.pop(token, None) or factory()
-        self.policies[token] = policy  # last: the most recently used
-        return policy
+                os.environ[TOKEN_ENV] = spec.serve_token
+        self.batches[key] = spec
+        while len(self.batches) > KEPT:
+            self.batches.popitem(last=False)
+        return spec
 
-    async def _forget_policies(self) -> None:
-        """Close the least recently used policies beyond `KEPT_POLICIES` that no episode is using."""
-        idle = [token for token in self.policies if not self.playing[token]]
-        for token in idle[: max(0, len(self.policies) - KEPT_POLICIES)]:
-            await self.policies.pop(token).close()
+    async def _forget(self) -> None:
+        """Close the least recently used policies and idle envs beyond `KEPT` that nothing is using."""
+        for policy in _unused(self.policies, self.playing):
+            await policy.close()
+        for workers in _unused(self.idle, self.playing):
+            self.workers.difference_update(workers)
+            await asyncio.gather(*(worker.close() for worker in workers))
 
     async def close(self) -> None:
         """Close every environment (and so its sandbox) and policy; the driver calls this before killing
@@ -168,23 +197,27 @@ class EpisodeWorker:
         await asyncio.gather(*(policy.close() for policy in self.policies.values()))
 
 
+def _recent(kept: OrderedDict[str, T], key: str) -> T | None:
+    """Take `key`'s entry out of `kept` (the caller puts it back last: the most recently used)."""
+    return kept.pop(key, None)
+
+
+def _unused(kept: OrderedDict[str, T], playing: Counter[str]) -> list[T]:
+    """Remove and return the least recently used entries beyond `KEPT` that no episode is using."""
+    idle = [key for key in kept if not playing[key]]
+    return [kept.pop(key) for key in idle[: max(0, len(kept) - KEPT)]]
+
+
 @dataclass
-class _Group:
-    """The actors of one env (and options) in a pool, and what the driver knows of each."""
+class _PoolState:
+    """The pool's actors and what the driver knows of them (apart from the pool, for its finalizer)."""
 
     actors: list[Actor] = field(default_factory=list)
     incarnations: dict[Actor, str] = field(default_factory=dict)
     """Each actor's incarnation when first heard from: a different one later means Ray restarted it."""
     restarted: set[Actor] = field(default_factory=set)
     batches: int = 0
-    """Batches in flight on the group: restarted actors are retired only when none is."""
-
-
-@dataclass
-class _PoolState:
-    """What a pool's finalizer needs (it must not hold the pool itself)."""
-
-    groups: dict[Hashable, _Group] = field(default_factory=dict)
+    """Batches in flight: restarted actors are replaced only when none is."""
     started_ray: bool = False
     closed: bool = False
 
@@ -192,16 +225,16 @@ class _PoolState:
 class RayEpisodePool:
     """Episode actors kept across batches: pass it as `rollout(..., backend=pool)` call after call.
 
-    Actors are grouped by env id and options; each group's actors keep their environments (reset
-    between episodes, as the asyncio runner's are) and the policies built from the factories they were
-    given. A policy is built once per actor for each factory (an equal one, such as a
-    `functools.partial` of the same function and arguments, counts as the same), so a policy whose
-    weights change between batches must reach them itself, as the trainer's `RemotePlayer` does by
-    sending each turn to the engine actors the trainer syncs.
+    The actors keep their environments (reset between episodes, as the asyncio runner's are; one kind
+    per env id and options) and the policies built from the factories they were given. A policy is
+    built once per actor for each factory (an equal one, such as a `functools.partial` of the same
+    function and arguments, counts as the same), so a policy whose weights change between batches
+    must reach them itself, as the trainer's `RemotePlayer` does by sending each turn to the engine
+    actors the trainer syncs.
 
-    The pool joins the current Ray connection, or starts Ray (locally, or at `address`) on its first
-    batch and shuts it down on `close()`. Use it as a context manager or call `close()`; an actor Ray
-    had to restart is replaced before the next batch, so each batch gets `ACTOR_RESTARTS` restarts.
+    The pool joins the current Ray connection, or starts Ray (locally, or at `address`) when its first
+    actor starts and shuts it down on `close()`. Use it as a context manager or call `close()`. An
+    actor Ray had to restart is replaced after its batch, so each batch has `ACTOR_RESTARTS` restarts.
 
         with RayEpisodePool() as pool:
             for step in range(steps):
@@ -227,6 +260,29 @@ class RayEpisodePool:
         Safe to call twice."""
         self._finalizer()
 
+    def start(self, workers: int) -> None:
+        """Start actors (and Ray, if it is not running) until there are `workers`, without waiting for
+        them: a caller that knows its first batch is coming starts them while it prepares the rest."""
+        ray = self._ray()
+        actor_class = ray.remote(EpisodeWorker).options(
+            max_restarts=ACTOR_RESTARTS,
+            max_task_retries=ACTOR_RESTARTS,  # Ray re-runs the dead actor's in-flight episodes
+            scheduling_strategy="SPREAD",
+        )
+        while len(self._state.actors) < workers:
+            self._state.actors.append(actor_class.remote())
+
+    def _ray(self) -> Any:
+        """The `ray` module, connected: to the current connection, or to a Ray instance the pool starts."""
+        import ray
+
+        if self._state.closed:
+            raise RuntimeError("this RayEpisodePool is closed: make a new one for more batches")
+        if not ray.is_initialized():  # blocks for a few seconds, before any episode is in flight
+            init_ray(self.address)
+            self._state.started_ray = True
+        return ray
+
     async def play(
         self,
         env_id: str,
@@ -238,81 +294,61 @@ class RayEpisodePool:
         on_episode: Callable[[Episode], None] | None,
         workers: int | None = None,
     ) -> BatchResult:
-        """Play the episodes `refs` names on the pool's actors for `env_id`; `run_batch_ray` says more."""
-        import ray
-
-        if self._state.closed:
-            raise RuntimeError("this RayEpisodePool is closed: make a new one for more batches")
+        """Play the episodes `refs` names on the pool's actors; `run_batch_ray` says more."""
         started = time.perf_counter()
         slots = min(limits.concurrency, max(len(refs), 1))
         if limits.backend_concurrency:  # every episode uses the same env, hence the same sandbox backend
             backend = registry.spec(env_id).provenance.default_sandbox or "none"
             slots = min(slots, limits.backend_concurrency.get(backend, slots))
-        if not ray.is_initialized():  # blocks for a few seconds, before any episode is in flight
-            init_ray(self.address)
-            self._state.started_ray = True
-        cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
+        ray = self._ray()
+        cpus = int(ray.cluster_resources().get("CPU", 1))
         count = max(1, min(workers or cpus, slots))
-        group = self._group(env_id, env_kwargs, count=count)
-        call = _Call(self._token(policy), ray.put(policy), limits)
-        group.batches += 1
+        self.start(count)
+        batch = self._batch(env_id, env_kwargs, policy, limits)
+        state = self._state
+        state.batches += 1
         try:
             return await _dispatch(
-                group,
+                state,
                 refs,
-                call=call,
+                batch=(uuid.uuid4().hex, [ray.put(batch)]),
+                actors=state.actors[:count],
                 slots=slots,
-                count=count,
                 budget=limits.time_budget,
                 on_episode=on_episode,
                 started=started,
                 env_id=env_id,
             )
         finally:
-            group.batches -= 1
-            if not group.batches:
-                _retire_restarted(group)
+            state.batches -= 1
+            if not state.batches:
+                _replace_restarted(state)
 
-    def _group(self, env_id: str, env_kwargs: dict[str, Any], *, count: int) -> _Group:
-        """The group of `env_id` with these options, grown to at least `count` actors."""
-        import ray
-
+    def _batch(
+        self, env_id: str, env_kwargs: dict[str, Any], policy: PolicyFactory, limits: RolloutLimits
+    ) -> _Batch:
         sent = driver_registration(env_id)
         options = json.dumps(env_kwargs, sort_keys=True, default=repr)
-        key = (env_id, options, None if sent is None else sent.entry_point)
-        group = self._state.groups.setdefault(key, _Group())
-        if len(group.actors) < count:
-            actor_class = ray.remote(EpisodeWorker).options(
-                max_restarts=ACTOR_RESTARTS,
-                max_task_retries=ACTOR_RESTARTS,  # Ray re-runs the dead actor's in-flight episodes
-                scheduling_strategy="SPREAD",
-                runtime_env=_serve_token(env_id),
-            )
-            while len(group.actors) < count:
-                group.actors.append(actor_class.remote(env_id, env_kwargs, sent))
-        return group
+        entry_point = "" if sent is None else f"{sent.entry_point!r}@{id(sent.entry_point)}"
+        return _Batch(
+            env_id=env_id,
+            env_kwargs=env_kwargs,
+            registration=sent,
+            env_key=f"{env_id} {options} {entry_point}",
+            policy=policy,
+            policy_key=self._policy_key(policy),
+            limits=limits,
+            serve_token=_serve_token(env_id),
+        )
 
-    def _token(self, factory: PolicyFactory) -> str:
-        """The token the actors know `factory`'s policy by: the same for an equal factory."""
+    def _policy_key(self, factory: PolicyFactory) -> str:
+        """The key the actors know `factory`'s policy by: the same for an equal factory."""
         key = _factory_key(factory)
         token, kept = self._factories.pop(key, (uuid.uuid4().hex, factory))
         self._factories[key] = (token, kept)  # `kept` keeps an id-keyed factory alive with its id
-        while len(self._factories) > KEPT_POLICIES:  # the actors forget old policies too
+        while len(self._factories) > KEPT:  # the actors forget old policies too
             self._factories.popitem(last=False)
         return token
-
-
-@dataclass(frozen=True)
-class _Call:
-    """One batch's arguments to `EpisodeWorker.play` besides the episode and the deadline."""
-
-    token: str
-    policy: Any
-    """The factory, put in Ray's object store once per batch."""
-    limits: RolloutLimits
-
-    def remote(self, actor: Actor, ref: EpisodeRef, ends_at: float | None) -> Any:
-        return actor.play.remote(ref, ends_at, self.limits, self.token, self.policy)
 
 
 def _factory_key(factory: PolicyFactory) -> Hashable:
@@ -328,15 +364,13 @@ def _factory_key(factory: PolicyFactory) -> Hashable:
     return key
 
 
-def _serve_token(env_id: str) -> dict[str, Any] | None:
-    """The driver's `envhub serve` token for a remote id, for actors whose processes may not inherit
-    the driver's environment (on a cluster, or when the token was set after Ray started)."""
+def _serve_token(env_id: str) -> str | None:
+    """The driver's `envhub serve` token, for a remote id."""
     if not is_external(env_id):
         return None
     from envhub.serve.client import TOKEN_ENV  # a remote id needs the client anyway
 
-    token = os.environ.get(TOKEN_ENV)
-    return None if token is None else {"env_vars": {TOKEN_ENV: token}}
+    return os.environ.get(TOKEN_ENV)
 
 
 async def run_batch_ray(
@@ -355,35 +389,25 @@ async def run_batch_ray(
     """Play the episodes `episodes` names on Ray actors; the result is what `run_batch` would return.
 
     `policy` is a picklable factory each actor calls once, or a `load_policy` spec string.
-    `pool` keeps the actors for later batches; without one, actors are made for this batch and ended
-    after it. `address` is where such a one-batch pool runs Ray (`auto`, `ray://host:port`); without
-    it the current Ray connection is used, or a local Ray instance with one CPU per core is started
-    (and shut down at the end). `workers` is the number of actors: by default one per CPU of the
-    cluster, at most one per episode slot. The envs and the policy must be importable on the Ray
+    `pool` keeps the actors for later batches; without one, actors are started for this batch and
+    ended after it. `address` is where such a one-batch pool runs Ray (`auto`, `ray://host:port`);
+    without it the current Ray connection is used, or a local Ray instance with one CPU per core is
+    started (and shut down at the end). `workers` is the number of actors: by default one per CPU of
+    the cluster, at most one per episode slot. The envs and the policy must be importable on the Ray
     workers (installed, or on PYTHONPATH).
     """
     refs = as_refs(episodes, seed)
     factory = functools.partial(load_policy, policy) if isinstance(policy, str) else policy
+    options: dict[str, Any] = {
+        "limits": limits,
+        "env_kwargs": env_kwargs,
+        "on_episode": on_episode,
+        "workers": workers,
+    }
     if pool is not None:
-        return await pool.play(
-            env_id,
-            factory,
-            refs,
-            limits=limits,
-            env_kwargs=env_kwargs,
-            on_episode=on_episode,
-            workers=workers,
-        )
+        return await pool.play(env_id, factory, refs, **options)
     with RayEpisodePool(address) as once:
-        return await once.play(
-            env_id,
-            factory,
-            refs,
-            limits=limits,
-            env_kwargs=env_kwargs,
-            on_episode=on_episode,
-            workers=workers,
-        )
+        return await once.play(env_id, factory, refs, **options)
 
 
 def driver_registration(env_id: str) -> Registration | None:
@@ -402,18 +426,18 @@ def driver_registration(env_id: str) -> Registration | None:
 
 
 async def _dispatch(
-    group: _Group,
+    state: _PoolState,
     refs: list[EpisodeRef],
     *,
-    call: _Call,
+    batch: tuple[str, list[Any]],
+    actors: list[Actor],
     slots: int,
-    count: int,
     budget: float | None,
     on_episode: Callable[[Episode], None] | None,
     started: float,
     env_id: str,
 ) -> BatchResult:
-    """Keep `slots` episodes in flight, slot i on actor i mod `count`, until none is left to start."""
+    """Keep `slots` episodes in flight, slot i on `actors[i % len(actors)]`, until none is left."""
     import ray
     from ray.exceptions import RayActorError
 
@@ -422,16 +446,15 @@ async def _dispatch(
     failures: list[Exception] = []
     ends_at = None if budget is None else time.time() + budget
     stop_at = None if budget is None else time.monotonic() + budget
-    actors = group.actors[:count]
 
     async def slot(actor: Actor) -> None:
         while pending and not failures and (stop_at is None or time.monotonic() < stop_at):
             ref = pending.popleft()
-            running = call.remote(actor, ref, ends_at)
+            running = actor.play.remote(ref, ends_at, *batch)
             try:
                 episode, incarnation = await running
             except RayActorError as exc:
-                _drop(group, actor)
+                _forget_actor(state, actor)
                 failures.append(
                     RayWorkerLost(
                         f"a Ray worker playing {env_id} died {ACTOR_RESTARTS + 1} times or could not start, "
@@ -448,8 +471,8 @@ async def _dispatch(
             except Exception as exc:  # the env or runner raised on the worker, as it would locally
                 failures.append(exc)
                 return
-            if group.incarnations.setdefault(actor, incarnation) != incarnation:
-                group.restarted.add(actor)
+            if state.incarnations.setdefault(actor, incarnation) != incarnation:
+                state.restarted.add(actor)
             done.append(episode)
             if on_episode is not None:
                 on_episode(episode)
@@ -467,19 +490,19 @@ async def _dispatch(
     )
 
 
-def _drop(group: _Group, actor: Actor) -> None:
-    """Forget an actor that is dead for good; the group's next batch makes a fresh one."""
-    if actor in group.actors:
-        group.actors.remove(actor)
-    group.incarnations.pop(actor, None)
-    group.restarted.discard(actor)
+def _forget_actor(state: _PoolState, actor: Actor) -> None:
+    """Forget an actor (dead for good, or about to be ended); the next batch starts a fresh one."""
+    if actor in state.actors:
+        state.actors.remove(actor)
+    state.incarnations.pop(actor, None)
+    state.restarted.discard(actor)
 
 
-def _retire_restarted(group: _Group) -> None:
-    """End the actors Ray restarted, so the next batch starts with fresh ones and every restart left."""
-    retired = [actor for actor in group.actors if actor in group.restarted]
+def _replace_restarted(state: _PoolState) -> None:
+    """End the actors Ray restarted, so the next batch starts fresh ones with every restart left."""
+    retired = [actor for actor in state.actors if actor in state.restarted]
     for actor in retired:
-        _drop(group, actor)
+        _forget_actor(state, actor)
     _end_actors(retired)
 
 
@@ -501,10 +524,9 @@ def _end_actors(actors: list[Actor]) -> None:
 
 
 def _close_pool(state: _PoolState) -> None:
-    """A pool's close (and finalizer): end every group's actors, then Ray if the pool started it."""
+    """A pool's close (and finalizer): end its actors, then Ray if the pool started it."""
     state.closed = True
-    actors = [actor for group in state.groups.values() for actor in group.actors]
-    state.groups.clear()
+    actors, state.actors = state.actors, []
     _end_actors(actors)
     if state.started_ray:
         import ray

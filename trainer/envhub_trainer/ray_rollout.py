@@ -7,16 +7,16 @@ played by envhub's own Ray backend, the one `envhub rollout --backend ray` uses.
                                                     |-- act(turn) --> a RolloutWorker --> Generation
 
 `RayEngine` is the driver's `RolloutEngine`, so grpo.py's sync, checksum and version code is the same
-with or without Ray. Its `backend` is a `RayEpisodePool` made once per run: the episode actors, their
-envs and their policies are started on the first step and kept for every later step and evaluation
-(envs reset between episodes), and closed with the engine. Its `player` is a picklable `RemotePlayer`,
-which each episode actor calls once to build the policy that sends turns to the rollout workers; that
-policy holds only actor handles, so it stays right across weight syncs, which reach the rollout
-workers. A rollout worker keeps one policy of its engine per episode, so token-drift tracking and turn
-batching behave as in one process. envhub's backend restarts a killed episode actor and re-runs its
-in-flight episodes; a rollout worker is never restarted (a fresh one would sample with the starting
-weights), so losing one stops the run. This module imports Ray; the training loop imports it only
-when `ray: true`.
+with or without Ray. Its `backend` is a `RayEpisodePool` made once per run: its `env_workers` episode
+actors start with the engines, make their envs and policies on the first step and keep them for every
+later step and evaluation (envs reset between episodes), and end with the engine. Its `player` is a
+picklable `RemotePlayer`, which each episode actor calls once to build the policy that sends turns to
+the rollout workers; that policy holds only actor handles, so it stays right across weight syncs,
+which reach the rollout workers. A rollout worker keeps one policy of its engine per episode, so
+token-drift tracking and turn batching behave as in one process. envhub's backend restarts a killed
+episode actor and re-runs its in-flight episodes; a rollout worker is never restarted (a fresh one
+would sample with the starting weights), so losing one stops the run. This module imports Ray; the
+training loop imports it only when `ray: true`.
 """
 
 from __future__ import annotations
@@ -194,6 +194,7 @@ class RayEngine:
             for i in range(config.rollout_workers)
         ]
         self._actors.extend(workers)
+        self.backend.start(config.env_workers)  # the episode actors start while the engines load
         try:  # wait for every actor to start, so a model that cannot load fails here, clearly
             ray.get([actor.pid.remote() for actor in workers])  # type: ignore[attr-defined]
         except RayActorError as exc:
