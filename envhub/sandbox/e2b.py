@@ -1,16 +1,22 @@
 """The `e2b` backend: E2B's hosted microVM sandboxes through `e2b-code-interpreter`.
 
 Needs the `e2b` extra and E2B_API_KEY. The service is unreachable from envhub's CI, so this module is
-tested up to the client call (what is requested, how errors and timeouts map) with the SDK stubbed;
-the isolation itself is E2B's, and the report says so.
+tested through the real SDK against a local double of E2B's API and envd (tests/sandbox/e2b_double):
+everything up to the network is real; the isolation itself is E2B's, and the report says so.
+
+Every failure of E2B (its API refusing, rate limiting, timing out or unreachable; the sandbox gone) is a
+`SandboxError`, an infrastructure error the runner retries; only a command's own outcome (its exit code,
+its timeout) and a missing file reach the agent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import shlex
+import socket
 import tarfile
 import time
 from collections.abc import Mapping
@@ -19,9 +25,52 @@ from typing import Any, ClassVar
 
 from envhub.sandbox.base import Command, Sandbox, sandbox_path, to_argv
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport
-from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
+from envhub.sandbox.results import ExecResult, SandboxError, SandboxTimeout, SandboxUnavailable
 
 REMOTE_GRACE_S = 10.0
+CREATE_TIMEOUT_S = REMOTE_GRACE_S + 20
+"""How long one request of the control plane may take (the SDK's retries of a 429/503 fit in it)."""
+
+LABEL = "envhub.sandbox"
+OWNER_LABEL = "envhub.owner"
+HOST_LABEL = "envhub.host"
+"""The metadata every envhub sandbox carries, as Docker's labels do: a reaper lists E2B sandboxes by
+`envhub.sandbox=1` and kills those whose owner (pid on host) is dead."""
+
+
+def owner_metadata() -> dict[str, str]:
+    return {LABEL: "1", OWNER_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname()}
+
+
+def _failure(exc: BaseException, doing: str) -> SandboxError:
+    """An E2B failure as envhub's infrastructure error: a timeout of a request is a SandboxTimeout."""
+    import e2b
+    import httpx
+
+    if isinstance(exc, httpx.TimeoutException | TimeoutError) or type(exc) is e2b.TimeoutException:
+        return SandboxTimeout(f"E2B did not answer in time while {doing}: {exc}")
+    return SandboxError(f"E2B failed while {doing}: {type(exc).__name__}: {exc}")
+
+
+def _is_gone(exc: BaseException) -> bool:
+    import e2b
+
+    gone = (e2b.SandboxNotRunningException, e2b.SandboxNotFoundException, e2b.SandboxUnreachableException)
+    return isinstance(exc, gone)
+
+
+def _gone_or_failure(exc: BaseException, doing: str) -> SandboxError:
+    if _is_gone(exc):
+        return SandboxError(f"the E2B sandbox is gone ({doing}): {exc}")
+    return _failure(exc, doing)
+
+
+def _remote_errors() -> tuple[type[BaseException], ...]:
+    """Everything the SDK raises for a failure of the service or the network (not of the command)."""
+    import e2b
+    import httpx
+
+    return (e2b.SandboxException, e2b.ServiceBusyException, httpx.HTTPError, OSError)
 
 
 def _sdk() -> Any:
@@ -43,7 +92,13 @@ class E2BSandbox(Sandbox):
         self.template = template
 
     @classmethod
-    async def create(cls, policy: IsolationPolicy, *, template: str | None = None) -> E2BSandbox:
+    async def create(
+        cls,
+        policy: IsolationPolicy,
+        *,
+        template: str | None = None,
+        request_timeout: float = CREATE_TIMEOUT_S,
+    ) -> E2BSandbox:
         key = os.environ.get("E2B_API_KEY")
         if not key:
             raise SandboxUnavailable("the e2b backend needs an API key: set E2B_API_KEY")
@@ -55,18 +110,32 @@ class E2BSandbox(Sandbox):
                 template=template,
                 # The sandbox's lifetime: the longest command plus slack, so a leaked one expires soon.
                 timeout=int(policy.wall_time_s + 300),
+                metadata=owner_metadata(),
                 envs=dict(policy.env),
                 allow_internet_access=policy.network,
                 api_key=key,
-                request_timeout=REMOTE_GRACE_S + 20,
+                request_timeout=request_timeout,
             )
         except e2b.AuthenticationException as exc:
             raise SandboxUnavailable(f"E2B refused the API key: {exc}") from exc
-        except e2b.SandboxException as exc:
-            raise SandboxError(f"E2B could not create a sandbox: {exc}") from exc
+        except _remote_errors() as exc:
+            raise _failure(exc, "creating a sandbox") from exc
         sandbox = cls(policy, remote=remote, template=template)
-        await sandbox._run(f"mkdir -p {shlex.quote(policy.workdir)}", timeout=30)
+        try:
+            _, err, code, _ = await sandbox._run(f"mkdir -p {shlex.quote(policy.workdir)}", timeout=30)
+            if code != 0:
+                raise SandboxError(
+                    f"E2B sandbox: could not create the workdir {policy.workdir}: {err.strip()}"
+                )
+        except BaseException:
+            await sandbox.close_quietly()  # a half-made sandbox must not run on, billed, until it expires
+            raise
         return sandbox
+
+    async def close_quietly(self) -> None:
+        """Close after a failure: the failure being reported matters more than the close's own."""
+        with contextlib.suppress(SandboxError):
+            await self.close()
 
     async def _run(
         self,
@@ -80,20 +149,35 @@ class E2BSandbox(Sandbox):
 
         self._check_open()
         try:
-            result = await self._remote.commands.run(
+            handle = await self._remote.commands.run(
                 cmd,
+                background=True,  # a handle, so a command past its limit can be killed
                 envs={**self.policy.env, **(env or {})},
                 cwd=cwd,
                 timeout=timeout,
                 request_timeout=timeout + REMOTE_GRACE_S,
             )
+        except _remote_errors() as exc:
+            raise _gone_or_failure(exc, "starting a command") from exc
+        try:
+            result = await handle.wait()
         except e2b.CommandExitException as exc:  # a non-zero exit is a result, not an error
             return exc.stdout, exc.stderr, exc.exit_code, False
-        except e2b.TimeoutException:
+        except e2b.TimeoutException as exc:
+            if _is_gone(exc):  # the SDK makes "the sandbox is gone" a TimeoutException too
+                raise _gone_or_failure(exc, "running a command") from exc
+            # envd keeps a command running when its stream ends; kill it, as every backend does at the limit.
+            await self._kill_command(handle)
             return "", f"timed out after {timeout} s\n", -1, True
-        except (e2b.SandboxNotFoundException, e2b.SandboxUnreachableException) as exc:
-            raise SandboxError(f"the E2B sandbox is gone: {exc}") from exc
+        except _remote_errors() as exc:
+            raise _gone_or_failure(exc, "running a command") from exc
         return result.stdout, result.stderr, result.exit_code, False
+
+    async def _kill_command(self, handle: Any) -> None:
+        try:
+            await handle.kill()
+        except _remote_errors() as exc:
+            raise _failure(exc, "killing a command past its time limit") from exc
 
     async def exec(
         self,
@@ -127,7 +211,10 @@ class E2BSandbox(Sandbox):
 
     async def write_file(self, path: str, data: str | bytes, *, mode: int = 0o644) -> None:
         self._check_open()
-        await self._remote.files.write(str(sandbox_path(path, self.policy.workdir)), data)
+        try:
+            await self._remote.files.write(str(sandbox_path(path, self.policy.workdir)), data)
+        except _remote_errors() as exc:
+            raise _failure(exc, f"writing {path}") from exc
 
     async def read_file(self, path: str) -> bytes:
         import e2b
@@ -135,8 +222,12 @@ class E2BSandbox(Sandbox):
         self._check_open()
         try:
             data = await self._remote.files.read(str(sandbox_path(path, self.policy.workdir)), format="bytes")
-        except (e2b.NotFoundException, e2b.FileNotFoundException) as exc:
+        except e2b.FileNotFoundException as exc:  # the path the caller gave: theirs to hear about
             raise FileNotFoundError(path) from exc
+        except e2b.InvalidArgumentException as exc:  # envd's 400: the path is a directory
+            raise IsADirectoryError(f"{path}: {exc}") from exc
+        except _remote_errors() as exc:
+            raise _failure(exc, f"reading {path}") from exc
         return bytes(data)
 
     async def upload_dir(self, local_dir: str | Path, dest: str) -> None:
@@ -166,7 +257,10 @@ class E2BSandbox(Sandbox):
         await asyncio.to_thread(_extract, data, target.name, Path(local_dest))
 
     async def _close(self) -> None:
-        await self._remote.kill()
+        try:
+            await self._remote.kill()  # False (already gone: expired or killed) is as good as killed
+        except _remote_errors() as exc:
+            raise _failure(exc, "killing the sandbox (it expires at its timeout)") from exc
 
     def report(self) -> IsolationReport:
         p = self.policy
