@@ -33,6 +33,40 @@ def episode_order(episode_id: str) -> tuple[int, str]:
     return len(episode_id), episode_id
 
 
+Json = Any
+Kind = Literal["sandbox", "worker", "entropy", "tool"]
+
+
+class RecordedCall(BaseModel):
+    """One call and its answer: a result (`output`) or the exception it raised (`error`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    turn: int
+    """0 for calls made by reset, k for those made by the k-th step (the final step scores the episode)."""
+    scope: str = "env"
+    """`env`, or `tool N` for the N-th tool call of the turn's message."""
+    kind: Kind
+    method: str
+    """`exec`, `write_file`, `read_file`, `upload_dir`, `download`, `report`, `run` (a REPL snippet),
+    `token_bytes`/`getrandbits` (entropy), or a tool's name."""
+    input: Json = None
+    output: Json = None
+    error: dict[str, str] | None = None
+    """`{"type": "FileNotFoundError", "message": ...}` when the call raised."""
+
+
+class Recording(BaseModel):
+    """What an episode recorded (`envhub.sandbox.recording`), stored in its `recording_json` column."""
+
+    model_config = ConfigDict(frozen=True)
+
+    calls: list[RecordedCall] = Field(default_factory=list)
+
+    def at_turn(self, turn: int) -> list[RecordedCall]:
+        return [c for c in self.calls if c.turn == turn]
+
+
 class Turn(BaseModel):
     """One agent action and the environment's answer to it."""
 
@@ -83,6 +117,9 @@ class Episode(BaseModel):
     wall_seconds: float = 0.0
     isolation: dict[str, Any] | None = None
     """The sandbox's isolation report: which parts of the policy were enforced, and how."""
+    recording: Recording | None = None
+    """Every sandbox, REPL, tool and secret-entropy call with its answer, when rolled out with `record`;
+    `envhub replay` plays the episode again against it without sandboxes. None when not recorded."""
 
     @property
     def ending(self) -> Literal["error", "terminated", "truncated", "unfinished"]:

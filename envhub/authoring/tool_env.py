@@ -12,6 +12,7 @@ from typing import Any
 from envhub.authoring.chat import ChatEnv, Reaction
 from envhub.core import InfrastructureError
 from envhub.messages import Message, ToolCall, tool_result
+from envhub.sandbox.recording import tool_call
 from envhub.tools import Tool, ToolArgumentError, ToolSpec, tool_name
 
 
@@ -34,7 +35,9 @@ class ToolEnv(ChatEnv):
     async def react(self, message: Message) -> Reaction:
         if not message.tool_calls:
             return Reaction(observation=[], done=True)
-        results = await asyncio.gather(*(self._call(call) for call in message.tool_calls))
+        results = await asyncio.gather(
+            *(tool_call(i, call, self._call(call)) for i, call in enumerate(message.tool_calls))
+        )
         errors = [error for _, error in results if error is not None]
         info: dict[str, Any] = {"tool_calls": len(message.tool_calls)}
         if errors:

@@ -140,6 +140,13 @@ def rollout(
         Path | None,
         typer.Option(help="A lockfile from `envhub lock`: refuse to run if anything it pins has changed."),
     ] = None,
+    record_calls: Annotated[
+        bool,
+        typer.Option(
+            "--record",
+            help="Keep each episode's sandbox, REPL and tool calls, for `envhub replay` and `rescore`.",
+        ),
+    ] = False,
 ) -> None:
     """Generate a batch of episodes, with a progress bar and a summary table; resumable with --resume.
 
@@ -166,6 +173,7 @@ def rollout(
             episode_timeout=episode_timeout,
             time_budget=time_budget,
             retries=retries,
+            record=record_calls,
         )
         resolved = registry.spec(env_id).id
         if locked is not None:

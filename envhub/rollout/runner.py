@@ -26,6 +26,7 @@ from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
 from envhub.records import RETRYABLE, Episode, EpisodeError, ErrorKind, Turn, episode_id
 from envhub.registration import make
+from envhub.sandbox import recording as tapes
 
 T = TypeVar("T")
 
@@ -97,6 +98,8 @@ class RolloutLimits(BaseModel):
     and episodes not yet started are left for `--resume`."""
     retries: int = Field(1, ge=0)
     """Extra attempts for an episode that failed for infrastructure reasons."""
+    record: bool = False
+    """Keep every sandbox, REPL and tool call with its answer in the episode (`envhub replay` needs it)."""
 
 
 class _Stopped(Exception):
@@ -141,12 +144,21 @@ async def run_episode(
     deadline: float | None = None,
     deadline_reason: str = "the time budget",
     on_messages: Callable[[list[Message]], None] | None = None,
+    record: bool = False,
 ) -> Episode:
     """Play one episode of `env` with `policy` and return its full record.
 
     `deadline` is an event-loop time after which the episode is cut off and recorded as truncated.
     `on_messages` sees every message as it happens (prompt, action, answer): `envhub play` prints them.
+    `record` keeps the episode's calls to its sandboxes and tools in `Episode.recording`.
     """
+    if record:
+        with tapes.using(tapes.Tape("record")) as tape:
+            episode = await run_episode(
+                env, policy, seed=seed, episode_id=episode_id, step_timeout=step_timeout,
+                deadline=deadline, deadline_reason=deadline_reason, on_messages=on_messages,
+            )  # fmt: skip
+        return episode.model_copy(update={"recording": tape.recording()})
     show = on_messages or (lambda messages: None)
     started, started_at = time.perf_counter(), datetime.now(UTC)
     spec = env.spec
@@ -160,6 +172,7 @@ async def run_episode(
         "started_at": started_at,
     }
     limits = _Limits(step_timeout, deadline, deadline_reason)
+    tapes.mark_turn(0)
     try:
         observation, info = await limits.run(env.reset(seed=seed), "env reset")
         reset_info = ResetInfo.read(info)  # an env that writes a key the runner reads wrongly says so here
@@ -187,6 +200,7 @@ async def run_episode(
                 (output.message, output.tokens) if isinstance(output, Generation) else (output, None)
             )
             stage = "env"
+            tapes.mark_turn(len(turns) + 1)
             result = await limits.run(env.step(action), "env step")
             step_info = StepInfo.read(result.info)
         except _Stopped as stop:
@@ -379,6 +393,7 @@ class EnvWorker:
             step_timeout=limits.step_timeout,
             deadline=deadline,
             deadline_reason=reason,
+            record=limits.record,
         )
 
 

@@ -9,9 +9,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from types import TracebackType
-from typing import TYPE_CHECKING, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from envhub.sandbox.policy import IsolationPolicy, IsolationReport
+from envhub.sandbox.recording import attach, instrument
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
 from envhub.sandbox.worker import PythonWorker
 
@@ -84,6 +85,11 @@ class Sandbox(ABC):
 
     backend: ClassVar[str]
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Each backend's calls can be recorded with an episode and answered in its replay (envhub.replay)."""
+        super().__init_subclass__(**kwargs)
+        instrument(cls)
+
     def __init__(self, policy: IsolationPolicy) -> None:
         self.policy = policy
         self._closed = False
@@ -145,7 +151,8 @@ class Sandbox(ABC):
     async def python(self, *, python: str = "python3") -> PythonWorker:
         """A persistent Python interpreter in this sandbox: state survives between `run` calls."""
         worker = PythonWorker(self, python=python)
-        await worker.start()
+        if not attach(worker):  # a replayed worker starts nothing: the recording answers its snippets
+            await worker.start()
         return worker
 
     async def _spawn(

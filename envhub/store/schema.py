@@ -137,6 +137,10 @@ SCHEMA = pa.schema(
         ("wall_seconds", pa.float64()),
         ("isolation_json", pa.string()),
         ("samples", pa.list_(SAMPLE)),
+        (
+            "recording_json",
+            pa.string(),
+        ),  # `envhub replay`'s tape; null when not recorded, and in older shards
     ],
     metadata={"envhub.schema_version": str(SCHEMA_VERSION)},
 )
@@ -268,6 +272,7 @@ def episode_row(episode: Episode, spec: BatchSpec | None = None) -> dict[str, An
         "wall_seconds": episode.wall_seconds,
         "isolation_json": json.dumps(episode.isolation) if episode.isolation is not None else None,
         "samples": [s.model_dump() for s in token_samples(episode.turns)],
+        "recording_json": episode.recording.model_dump_json() if episode.recording is not None else None,
     }
 
 
@@ -308,6 +313,7 @@ def episode_from_row(row: dict[str, Any]) -> Episode:
             "started_at": row["started_at"],
             "wall_seconds": row["wall_seconds"],
             "isolation": json.loads(row["isolation_json"]) if row["isolation_json"] else None,
+            "recording": json.loads(row["recording_json"]) if row.get("recording_json") else None,
         }
     )
 

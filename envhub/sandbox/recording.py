@@ -1,0 +1,482 @@
+"""The tape: every call an episode makes to the world outside its own Python (a sandbox command, a file
+copied in or out, a REPL snippet, a random draw a grader keeps secret), in the order it was made.
+
+While an episode is recorded, the sandbox, the Python worker and the tool dispatcher append what went in
+and what came out to the tape of the running task (a context variable, so concurrent episodes never mix).
+While one is replayed, the same hooks answer each call from the tape instead, and a call that differs
+from the recorded one stops the episode with a `Divergence`.
+
+Calls are kept apart by *scope*: the turn (0 for reset, k for the k-th step) and, inside a turn, the tool
+call that made them (tools of one message run concurrently, so their calls interleave differently
+from run to run; within one tool call, and outside tools, the order is the program's).
+
+`Sandbox.__init_subclass__` calls `instrument` on every backend, so each backend's own `exec`,
+`write_file`, `read_file`, `upload_dir`, `download` and `report` are recorded without the backend
+knowing, and its `create` gives a stand-in (`envhub.replay.sandbox.ReplaySandbox`) while replaying: no
+sandbox starts. Nothing changes a call when no tape is active. The recording's records themselves are
+`envhub.records.Recording`; replaying a stored episode is `envhub.replay`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import hashlib
+import inspect
+import json
+import random
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from envhub.records import Json, Kind, RecordedCall, Recording
+
+if TYPE_CHECKING:
+    from envhub.messages import Message, ToolCall
+    from envhub.sandbox.worker import PythonWorker
+
+INLINE_CHARS = 4096
+"""Longer strings in a call's input (a script passed with `-c`, a file written) are kept as a digest,
+a length and their first characters: enough to tell two calls apart and to show how they differ."""
+OUTPUT_BYTES = 1 << 20
+"""The most bytes of one file read or copied out that the tape keeps; a longer one is kept as a digest
+and cannot be answered in a replay. Command output is already capped by the sandbox's policy."""
+HEAD_CHARS = 200
+
+
+class Divergence(BaseException):
+    """The env, replayed, asked for a call the recording does not hold, or answered differently.
+
+    A BaseException, like `CancelledError`, so that an env's own `except Exception` (a tool's failure
+    becoming the agent's error message) cannot hide it.
+    """
+
+    def __init__(self, turn: int, what: str, expected: str, got: str) -> None:
+        super().__init__(f"turn {turn}: {what}")
+        self.turn, self.what, self.expected, self.got = turn, what, expected, got
+
+
+class Tape:
+    """One episode's calls: appended to while recording, consumed scope by scope while replaying."""
+
+    def __init__(
+        self,
+        mode: Literal["record", "replay"],
+        calls: list[RecordedCall] | None = None,
+        *,
+        stand_in: Callable[[Any, str], Any] | None = None,
+    ) -> None:
+        """`stand_in(policy, backend)` makes what a replay gets instead of a sandbox (`ReplaySandbox`)."""
+        self.mode = mode
+        self._stand_in = stand_in
+        self.turn = 0
+        self.calls: list[RecordedCall] = [] if mode == "record" else list(calls or [])
+        self._queues: dict[tuple[int, str], deque[RecordedCall]] = {}
+        for call in self.calls if mode == "replay" else []:
+            if call.kind == "tool":  # what the tool answered: checked as the turn's observation
+                continue
+            self._queues.setdefault((call.turn, call.scope), deque()).append(call)
+        self.divergence: Divergence | None = None
+
+    def stand_in(self, policy: Any, backend: str) -> Any:
+        if self._stand_in is None:
+            raise RuntimeError("this replay tape was made without a stand-in for sandboxes")
+        return self._stand_in(policy, backend)
+
+    @property
+    def replaying(self) -> bool:
+        return self.mode == "replay"
+
+    def recording(self) -> Recording:
+        return Recording(calls=self.calls)
+
+    def record(self, kind: Kind, method: str, input: Json, output: Json = None, error: Any = None) -> None:
+        self.calls.append(
+            RecordedCall(
+                turn=self.turn,
+                scope=_SCOPE.get(),
+                kind=kind,
+                method=method,
+                input=input,
+                output=output,
+                error=None if error is None else {"type": type(error).__name__, "message": str(error)},
+            )
+        )
+
+    def answer(self, kind: Kind, method: str, input: Json) -> RecordedCall:
+        """The recorded call this one replays: the next of its scope, which must be the same call."""
+        scope = _SCOPE.get()
+        queue = self._queues.get((self.turn, scope))
+        asked = _describe(kind, method, input)
+        where = "" if scope == "env" else f" in {scope}"
+        if not queue:
+            raise self._diverge(
+                f"the env made a {kind} call{where} that the recording does not have", "no call", asked
+            )
+        expected = queue[0]
+        if (expected.kind, expected.method, expected.input) != (kind, method, input):
+            raise self._diverge(
+                f"the env's {kind} call{where} differs from the recorded one",
+                _describe(expected.kind, expected.method, expected.input),
+                asked,
+            )
+        return queue.popleft()
+
+    def unanswered(self, turn: int) -> list[RecordedCall]:
+        """Recorded calls of `turn` the replay never made (tool records are kept, not replayed)."""
+        return [c for (t, _), queue in self._queues.items() if t == turn for c in queue]
+
+    def _diverge(self, what: str, expected: str, got: str) -> Divergence:
+        """The divergence to raise; the first one is also kept, in case the env swallows it."""
+        divergence = Divergence(self.turn, what, expected, got)
+        self.divergence = self.divergence or divergence
+        return divergence
+
+
+_TAPE: ContextVar[Tape | None] = ContextVar("envhub_tape", default=None)
+_SCOPE: ContextVar[str] = ContextVar("envhub_tape_scope", default="env")
+_INSIDE: ContextVar[bool] = ContextVar("envhub_tape_inside", default=False)
+
+
+def current() -> Tape | None:
+    """The tape of this task, unless a recorded call is already in progress (its inner calls are its own)."""
+    return None if _INSIDE.get() else _TAPE.get()
+
+
+@contextlib.contextmanager
+def using(tape: Tape) -> Iterator[Tape]:
+    """Record into, or replay from, `tape` for the calls made in this block (and the tasks it starts)."""
+    token = _TAPE.set(tape)
+    try:
+        yield tape
+    finally:
+        _TAPE.reset(token)
+
+
+@contextlib.contextmanager
+def inside() -> Iterator[None]:
+    """Mark a recorded call in progress, so the calls it makes itself (read_file running cat) are not."""
+    token = _INSIDE.set(True)
+    try:
+        yield
+    finally:
+        _INSIDE.reset(token)
+
+
+@contextlib.contextmanager
+def scope(name: str) -> Iterator[None]:
+    token = _SCOPE.set(name)
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def mark_turn(turn: int) -> None:
+    """Calls made from here on belong to `turn` (0: reset; k: the k-th step); nothing without a tape."""
+    tape = _TAPE.get()
+    if tape is not None:
+        tape.turn = turn
+
+
+# -- values as the tape keeps them ----------------------------------------------------------------------
+
+
+def kept(value: Any) -> Json:
+    """A call's argument as JSON: long strings and bytes as a digest, length and head (see INLINE_CHARS)."""
+    if isinstance(value, bytes):
+        if len(value) <= INLINE_CHARS:
+            return {"b64": base64.b64encode(value).decode()}
+        return {"sha256": hashlib.sha256(value).hexdigest(), "bytes": len(value), "head": _head(value)}
+    if isinstance(value, str) and len(value) > INLINE_CHARS:
+        digest = hashlib.sha256(value.encode(errors="surrogatepass")).hexdigest()
+        return {"sha256": digest, "chars": len(value), "head": value[:HEAD_CHARS]}
+    if isinstance(value, dict):
+        return {str(k): kept(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [kept(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def blob(data: bytes) -> Json:
+    """An output's bytes, whole up to OUTPUT_BYTES (a replay gives them back), else only their digest."""
+    if len(data) <= OUTPUT_BYTES:
+        return {"b64": base64.b64encode(data).decode()}
+    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "cut": True}
+
+
+def unblob(value: Json, what: str) -> bytes:
+    if not isinstance(value, dict) or "b64" not in value:
+        raise RuntimeError(
+            f"the recording kept only a digest of {what} ({value.get('bytes', '?')} bytes, more than "
+            f"{OUTPUT_BYTES}), so this call cannot be replayed; play the episode again with a sandbox"
+        )
+    return base64.b64decode(value["b64"])
+
+
+def _head(data: bytes) -> str:
+    return data[:HEAD_CHARS].decode(errors="replace")
+
+
+def _describe(kind: str, method: str, input: Json) -> str:
+    text = json.dumps(input, sort_keys=True, default=str)
+    return f"{kind} {method} {text}"
+
+
+# -- entropy a grader keeps secret ------------------------------------------------------------------------
+
+
+def token_bytes(nbytes: int = 32) -> bytes:
+    """`secrets.token_bytes`, kept on the tape: a replayed grader gets the nonce it signed with."""
+    tape = current()
+    if tape is None:
+        return random.SystemRandom().randbytes(nbytes)
+    if tape.replaying:
+        return base64.b64decode(tape.answer("entropy", "token_bytes", nbytes).output)
+    value = random.SystemRandom().randbytes(nbytes)
+    tape.record("entropy", "token_bytes", nbytes, base64.b64encode(value).decode())
+    return value
+
+
+def token_hex(nbytes: int = 32) -> str:
+    """`secrets.token_hex`, kept on the tape."""
+    return token_bytes(nbytes).hex()
+
+
+class SystemRandom(random.SystemRandom):
+    """`secrets.SystemRandom` whose draws are kept on the tape (canaries a replayed grader must repeat).
+
+    Every method of `random.Random` draws through `getrandbits` and `random`, so these two suffice.
+    """
+
+    def getrandbits(self, k: int) -> int:
+        tape = current()
+        if tape is None:
+            return super().getrandbits(k)
+        if tape.replaying:
+            return int(tape.answer("entropy", "getrandbits", k).output)
+        value = super().getrandbits(k)
+        tape.record("entropy", "getrandbits", k, str(value))  # as text: JSON readers stop at 2**53
+        return value
+
+    def random(self) -> float:
+        return self.getrandbits(53) * 2.0**-53
+
+    def randbytes(self, n: int) -> bytes:
+        return token_bytes(n)
+
+
+# -- the hooks: the sandbox, its Python worker, the tool dispatcher ----------------------------------------
+
+T = TypeVar("T")
+
+RECORDED = ("exec", "write_file", "read_file", "upload_dir", "download", "report")
+
+
+def instrument(cls: type) -> None:
+    """Record (or answer from the tape) the sandbox calls `cls` defines itself."""
+    for name in RECORDED:
+        method = cls.__dict__.get(name)
+        if method is None or getattr(method, "__recorded__", False):
+            continue
+        wrapped = _sync_call(name, method) if name == "report" else _async_call(name, method)
+        setattr(wrapped, "__recorded__", True)  # noqa: B010 - a function attribute mypy does not know
+        setattr(cls, name, wrapped)
+    create = cls.__dict__.get("create")
+    if isinstance(create, classmethod):
+        setattr(cls, "create", classmethod(_create(create.__func__)))  # noqa: B010 - any backend class
+
+
+def _create(real: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(real)
+    async def create(cls: type, policy: Any, *args: Any, **kwargs: Any) -> Any:
+        tape = current()
+        if tape is not None and tape.replaying:
+            return tape.stand_in(policy, getattr(cls, "backend", "replay"))
+        return await real(cls, policy, *args, **kwargs)
+
+    return create
+
+
+def _async_call(name: str, real: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    signature = inspect.signature(real)
+
+    @functools.wraps(real)
+    async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        tape = current()
+        if tape is None:
+            return await real(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
+        given = _input(name, arguments)
+        if tape.replaying:
+            recorded = tape.answer("sandbox", name, given)
+            _raise_recorded(recorded.error)
+            return _replayed(name, recorded.output, arguments)
+        with inside():
+            try:
+                result = await real(self, *args, **kwargs)
+            except Exception as exc:
+                tape.record("sandbox", name, given, error=exc)
+                raise
+        tape.record("sandbox", name, given, _output(name, result, arguments))
+        return result
+
+    return call
+
+
+def _sync_call(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(real)
+    def call(self: Any) -> Any:
+        tape = current()
+        if tape is None:
+            return real(self)
+        if tape.replaying:
+            from envhub.sandbox.policy import IsolationReport
+
+            return IsolationReport.model_validate(tape.answer("sandbox", name, None).output)
+        result = real(self)
+        tape.record("sandbox", name, None, result.model_dump(mode="json"))
+        return result
+
+    return call
+
+
+def _input(name: str, arguments: dict[str, Any]) -> Json:
+    """What identifies a call. Host paths (`local_dir`, `local_dest`) are left out: they are temporary
+    folders that differ from run to run; what was uploaded is identified by its content."""
+    if name == "upload_dir":
+        return {"dest": arguments["dest"], "tree": _tree_digest(Path(arguments["local_dir"]))}
+    if name == "download":
+        return {"path": arguments["path"]}
+    return kept(arguments)
+
+
+def _output(name: str, result: Any, arguments: dict[str, Any]) -> Json:
+    if name == "exec":
+        return result.model_dump(mode="json")
+    if name == "read_file":
+        return blob(result)
+    if name == "download":
+        return _tree(Path(arguments["local_dest"]))
+    return None
+
+
+def _replayed(name: str, output: Json, arguments: dict[str, Any]) -> Any:
+    if name == "exec":
+        from envhub.sandbox.results import ExecResult
+
+        return ExecResult.model_validate(output)
+    if name == "read_file":
+        return unblob(output, f"the file {arguments['path']}")
+    if name == "download":
+        _write_tree(Path(arguments["local_dest"]), output)
+    return None
+
+
+def _tree_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _tree(dest: Path) -> Json:
+    """What a download left at `dest`: one file, or a folder's files by relative path."""
+    if dest.is_file():
+        return {"file": blob(dest.read_bytes())}
+    files = sorted(p for p in dest.rglob("*") if p.is_file() and not p.is_symlink())
+    return {"files": {p.relative_to(dest).as_posix(): blob(p.read_bytes()) for p in files}}
+
+
+def _write_tree(dest: Path, output: Json) -> None:
+    if "file" in output:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(unblob(output["file"], f"the downloaded file {dest.name}"))
+        return
+    for relative, data in output["files"].items():
+        path = dest / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(unblob(data, f"the downloaded file {relative}"))
+    dest.mkdir(parents=True, exist_ok=True)
+
+
+def _raise_recorded(error: dict[str, str] | None) -> None:
+    """Raise what the recorded call raised: the same class where it is a builtin or a sandbox error."""
+    if error is None:
+        return
+    import builtins
+
+    from envhub.sandbox import results
+
+    cls = getattr(results, error["type"], None) or getattr(builtins, error["type"], None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        raise cls(error["message"])
+    raise RuntimeError(f"{error['type']}: {error['message']}")
+
+
+# -- the Python worker ------------------------------------------------------------------------------------
+
+
+def attach(worker: PythonWorker) -> bool:
+    """Record (or answer) this worker's snippets; True when it must not start (a replay)."""
+    tape = current()
+    if tape is None:
+        return False
+    real = worker.run
+
+    async def run(code: str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - the worker's own
+        tape = current()
+        if tape is None:
+            return await real(code, timeout=timeout)
+        given = kept({"code": code, "timeout": timeout})
+        if tape.replaying:
+            from envhub.sandbox.worker import ReplResult
+
+            recorded = tape.answer("worker", "run", given)
+            _raise_recorded(recorded.error)
+            return ReplResult.model_validate(recorded.output)
+        with inside():
+            try:
+                result = await real(code, timeout=timeout)
+            except Exception as exc:
+                tape.record("worker", "run", given, error=exc)
+                raise
+        tape.record("worker", "run", given, result.model_dump(mode="json"))
+        return result
+
+    setattr(worker, "run", run)  # noqa: B010 - this worker only: one made outside a tape stays as it is
+    return tape.replaying
+
+
+# -- tool calls -------------------------------------------------------------------------------------------
+
+
+async def tool_call(
+    index: int, call: ToolCall, running: Awaitable[tuple[Message, str | None]]
+) -> tuple[Message, str | None]:
+    """Run the `index`-th tool call of a message in its own scope, and record what it answered."""
+    with scope(f"tool {index}"):
+        reply, error = await running
+    tape = current()
+    if tape is not None and not tape.replaying:
+        with scope(f"tool {index}"):
+            tape.record(
+                "tool",
+                call.name,
+                kept({"arguments": call.arguments}),
+                kept(reply.text),
+                None if error is None else _ToolError(error),
+            )
+    return reply, error
+
+
+class _ToolError(Exception):
+    """What a tool call's error is recorded as: the message the agent was shown."""
