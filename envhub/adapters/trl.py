@@ -51,6 +51,8 @@ _JSON_TYPES: dict[str, Any] = {
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY
 _RESERVED = {"reset", "get_reward"}
 """Method names TRL reads as the env's own, never as tools."""
+_ADAPTER_NAMES = {"env_id", "make_kwargs", "seed"}
+"""Attributes of the adapter's class, which a tool of the same name would hide."""
 
 
 class TRLEnvironment:
@@ -118,11 +120,11 @@ def environment_factory(env_id: str, **make_kwargs: Any) -> type[TRLEnvironment]
     tools = run(_probe_tools(env_id, make_kwargs))
     namespace: dict[str, Any] = {"env_id": env_id, "make_kwargs": dict(make_kwargs)}
     for spec in tools:
-        if spec.name in _RESERVED or spec.name.startswith("_") or hasattr(TRLEnvironment, spec.name):
+        if spec.name in _RESERVED | _ADAPTER_NAMES or spec.name.startswith("_"):
             raise ValueError(
                 f"{env_id}'s tool {spec.name!r} cannot be a method of TRL's environment class: TRL reserves "
                 f"{' and '.join(sorted(_RESERVED))}, hides names starting with '_', and the adapter uses "
-                "seed and env_id; rename the tool in the env"
+                f"{', '.join(sorted(_ADAPTER_NAMES))}; rename the tool in the env"
             )
         namespace[spec.name] = _tool_method(spec)
     name = "Envhub_" + re.sub(r"\W", "_", env_id)

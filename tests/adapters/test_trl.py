@@ -66,7 +66,17 @@ class Survey(envhub.ToolEnv):
         return f"{rating} {mood} {tags} {weights} {score} {agree}"
 
 
+class Resetting(Survey):
+    """A tool named like TRL's own `reset`, which TRL would never offer the model."""
+
+    @envhub.tool(name="reset")
+    def restart(self) -> str:
+        """Start over."""
+        return "restarted"
+
+
 envhub.register("adapters-test/survey-v0", Survey, override=True)
+envhub.register("adapters-test/resetting-v0", Resetting, override=True)
 
 
 def test_tool_methods_describe_the_tools_as_the_env_does() -> None:
@@ -94,6 +104,12 @@ def _types(schema: dict[str, Any]) -> set[str]:
     kinds = schema.get("type", [])
     found = set(kinds) if isinstance(kinds, list) else {kinds}
     return found | ({"null"} if schema.get("nullable") else set())
+
+
+def test_a_tool_named_like_trls_own_methods_is_refused() -> None:
+    """A tool called `reset` would be TRL's reset, not a tool: the class is refused, naming the tool."""
+    with pytest.raises(ValueError, match="tool 'reset' cannot be a method"):
+        envhub_trl.environment_factory("adapters-test/resetting-v0")
 
 
 def test_reset_returns_the_task_and_the_system_prompt_the_row_lacks() -> None:
@@ -126,6 +142,7 @@ def test_a_tool_call_after_the_episode_ended_is_refused() -> None:
         envhub_trl.close(instance)
 
 
+@pytest.mark.timeout(900)  # two training steps: about 2.5 CPU-minutes, more on a shared 2-core machine
 def test_two_grpo_steps_log_envhub_rewards_for_their_completions(tmp_path: Path) -> None:
     """Two GRPO steps on CPU; every completion TRL logged, replayed through envhub from its logged seed,
     earns the reward TRL logged, sees the tool results TRL showed the model, and starts from the prompt
