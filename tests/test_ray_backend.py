@@ -115,6 +115,10 @@ async def test_killed_ray_worker_is_restarted_and_its_episodes_rerun_exactly_onc
     os.kill(victim, signal.SIGKILL)  # both its episode slots are mid-episode: the env sleeps in each turn
     killed_at = len(seen)
     release.touch()
+    restarted: set[int] = set()
+    while not batch.done():  # the restarted actor lives until the batch ends (then it is ended too)
+        restarted |= ray_actor_pids("EpisodeWorker") - stale - before
+        await asyncio.sleep(0.02)
     result = await batch
     assert killed_at <= 16  # the held episodes could not have finished before the kill
     ids = [e.episode_id for e in seen]
@@ -122,7 +126,7 @@ async def test_killed_ray_worker_is_restarted_and_its_episodes_rerun_exactly_onc
     assert [e.episode_id for e in result.episodes] == sorted(ids)
     assert [e.seed for e in result.episodes] == list(range(60))
     assert all(e.error is None and len(e.turns) == 3 for e in result.episodes)
-    assert ray_actor_pids("EpisodeWorker") - stale - before, "Ray must have restarted the killed worker"
+    assert restarted, "Ray must have restarted the killed worker"
 
 
 async def test_a_worker_that_keeps_dying_stops_the_batch_with_a_clear_error(local_ray: None) -> None:

@@ -139,9 +139,9 @@ class EpisodeWorker:
         loop = asyncio.get_running_loop()
         deadline = None if budget_ends_at is None else loop.time() + (budget_ends_at - time.time())
         spec = await self._batch(batch_key, batch[0])
-        policy = _recent(self.policies, spec.policy_key)
+        policy = _take(self.policies, spec.policy_key)
         self.policies[spec.policy_key] = policy = spec.policy() if policy is None else policy
-        idle = _recent(self.idle, spec.env_key)
+        idle = _take(self.idle, spec.env_key)
         self.idle[spec.env_key] = idle = [] if idle is None else idle
         if idle:
             worker = idle.pop()
@@ -160,7 +160,7 @@ class EpisodeWorker:
 
     async def _batch(self, key: str, batch: Any) -> _Batch:
         """The batch `key` names: fetched (and its env registered here) on its first episode."""
-        spec = _recent(self.batches, key)
+        spec = _take(self.batches, key)
         if spec is None:
             spec = await batch
             assert isinstance(spec, _Batch)
@@ -197,7 +197,7 @@ class EpisodeWorker:
         await asyncio.gather(*(policy.close() for policy in self.policies.values()))
 
 
-def _recent(kept: OrderedDict[str, T], key: str) -> T | None:
+def _take(kept: OrderedDict[str, T], key: str) -> T | None:
     """Take `key`'s entry out of `kept` (the caller puts it back last: the most recently used)."""
     return kept.pop(key, None)
 
