@@ -20,32 +20,20 @@ import pytest
 from typer.testing import CliRunner
 
 import envhub
-import envhub.grading.python_tests
 import envhub.sandbox
 from envhub.cli import app
 from envhub.messages import Message, ToolCall
 from envhub.policies import load_policy
 from envhub.policies.scripted import ScriptedPolicy
+from envhub.records import Episode
 from envhub.replay.episode import NotRecorded, replay_episode
 from envhub.replay.sandbox import ReplaySandbox
 from envhub.rollout import RolloutLimits, rollout
 from envhub.sandbox import Sandbox
-from envhub.sandbox import recording as tape
 from envhub.store import read_episodes
 from envhub.store.schema import SCHEMA
 
 cli = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def replayable_grader(monkeypatch: pytest.MonkeyPatch) -> None:
-    """grade_python draws its nonce and canaries from `secrets`; a replay must get the same draws.
-
-    `envhub.sandbox.recording` offers the same three names, kept on the tape. Until python_tests.py imports
-    them itself (`from envhub.sandbox import recording as secrets`, a change outside this test's area), the
-    tests point it there.
-    """
-    monkeypatch.setattr(envhub.grading.python_tests, "secrets", tape)
 
 
 @contextlib.contextmanager
@@ -69,7 +57,7 @@ def call(name: str, id: str, **arguments: Any) -> Message:
     return Message(role="assistant", tool_calls=[ToolCall.create(name, arguments, id=id)])
 
 
-def record(env_id: str, policy: Any, out: Path, *, tasks: int = 1, **env_kwargs: Any) -> list[envhub.Episode]:
+def record(env_id: str, policy: Any, out: Path, *, tasks: int = 1, **env_kwargs: Any) -> list[Episode]:
     result = asyncio.run(
         rollout(
             env_id,
@@ -190,7 +178,7 @@ class Echo(envhub.ToolEnv):
 
 
 ECHO_ID = "replaytest/echo-v0"
-SCRIPT = [call("echo", "c1", word="a"), call("echo", "c2", word="B"), "done"]
+SCRIPT: list[Message | str] = [call("echo", "c1", word="a"), call("echo", "c2", word="B"), "done"]
 
 
 @pytest.fixture

@@ -26,7 +26,6 @@ import ast
 import hashlib
 import hmac
 import json
-import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from envhub.core import InfrastructureError
-from envhub.sandbox import Backend, IsolationPolicy, IsolationReport
+from envhub.sandbox import Backend, IsolationPolicy, IsolationReport, recording
 from envhub.sandbox import open as open_sandbox
 
 _HERE = Path(__file__).parent
@@ -182,7 +181,7 @@ async def grade_python(
             f"time_limit_s={time_limit_s:g} leaves no room inside the sandbox's wall time "
             f"({policy.wall_time_s:g} s); lower it or raise the policy's wall_time_s"
         )
-    nonce = secrets.token_bytes(32)
+    nonce = recording.token_bytes(32)
     graded = _mix_in_canaries(tests)
     payload = {
         "nonce": nonce.hex(),
@@ -298,9 +297,9 @@ def _mix_in_canaries(tests: list[HiddenTest]) -> list[_Graded]:
     statement, so the solution's process sees nothing new; only the grader's side makes it fail (a
     check that is never true; a false assertion after the statement). A must-pass canary is a
     computation on literals, whose right answer depends on nothing the solution wrote. Their names come
-    from `secrets` and never leave the host.
+    from `secrets`, drawn through the recorder (which keeps them for a replay), and never leave the host.
     """
-    rng = secrets.SystemRandom()
+    rng = recording.SystemRandom()
     probes = [t for t in tests if t.check is not None]
     statements = [t for t in tests if t.check is None]
     graded = [_Graded(t, "test") for t in tests] + _probe_canaries(probes, rng)
@@ -310,22 +309,22 @@ def _mix_in_canaries(tests: list[HiddenTest]) -> list[_Graded]:
     return graded
 
 
-def _probe_canaries(real: list[HiddenTest], rng: secrets.SystemRandom) -> list[_Graded]:
+def _probe_canaries(real: list[HiddenTest], rng: recording.SystemRandom) -> list[_Graded]:
     a, b = rng.randrange(2, 10**9), rng.randrange(2, 10**9)
     base = rng.choice(real) if real else HiddenTest(name="", probe=f"{a} - {b}", check=None)
-    fail = HiddenTest(name=secrets.token_hex(8), probe=base.probe, check="False", timeout_s=base.timeout_s)
-    ok = HiddenTest(name=secrets.token_hex(8), probe=f"{a} * {b}", check=f"same(result, {a * b})")
+    fail = HiddenTest(name=recording.token_hex(8), probe=base.probe, check="False", timeout_s=base.timeout_s)
+    ok = HiddenTest(name=recording.token_hex(8), probe=f"{a} * {b}", check=f"same(result, {a * b})")
     return [_Graded(fail, "must-fail"), _Graded(ok, "must-pass")]
 
 
-def _statement_canaries(real: list[HiddenTest], rng: secrets.SystemRandom) -> list[_Graded]:
+def _statement_canaries(real: list[HiddenTest], rng: recording.SystemRandom) -> list[_Graded]:
     a, b = rng.randrange(2, 10**9), rng.randrange(2, 10**9)
     base = rng.choice(real)
     false = f"assert {a} * {b} == {a * b + rng.randrange(1, 10**6)}"
     fail = HiddenTest(
-        name=secrets.token_hex(8), probe=f"{base.probe}\n{false}", check=None, timeout_s=base.timeout_s
+        name=recording.token_hex(8), probe=f"{base.probe}\n{false}", check=None, timeout_s=base.timeout_s
     )
-    ok = HiddenTest(name=secrets.token_hex(8), probe=f"assert {a} * {b} == {a * b}", check=None)
+    ok = HiddenTest(name=recording.token_hex(8), probe=f"assert {a} * {b} == {a * b}", check=None)
     return [_Graded(fail, "must-fail"), _Graded(ok, "must-pass")]
 
 
