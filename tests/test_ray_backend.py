@@ -19,7 +19,7 @@ from envhub.records import Episode
 from envhub.rollout import RolloutLimits, run_batch
 from envhub.rollout.ray_backend import ACTOR_RESTARTS, RayWorkerLost, run_batch_ray
 from envhub.store import read_episodes
-from envhub.testing.process import ray_actor_pids
+from tests.envhub_testkit.processes import ray_actor_pids
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs Ray: pip install 'envhub-core[ray]'")
 

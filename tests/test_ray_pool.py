@@ -32,8 +32,8 @@ from envhub.records import Episode
 from envhub.rollout import RayEpisodePool, RolloutLimits, plan, rollout
 from envhub.rollout.ray_backend import KEPT
 from envhub.store import read_episodes
-from envhub.testing.process import ray_actor_pids
 from envhub.tools import ToolSpec
+from tests.envhub_testkit.processes import ray_actor_pids
 from tests.test_serve import TOKEN, Server, metrics
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs Ray: pip install 'envhub-core[ray]'")

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import select
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 from types import TracebackType
 from typing import Self
 
@@ -62,26 +60,3 @@ class ServerProcess:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-
-def ray_actor_pids(name: str) -> set[int]:
-    """Processes of Ray actors of class `name` that descend from this process (other sessions' do not),
-    found through /proc: a test kills them to check that an actor's death is survived.
-
-    envhub's own tests' helper, not an author's: it belongs in `tests.envhub_testkit` and moves there
-    once trainer/tests/test_ray_rollout.py imports it from there."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if not (entry / "cmdline").read_bytes().startswith(f"ray::{name}".encode()):
-                continue
-            parent = int(entry.name)
-            while parent > 1 and parent != os.getpid():
-                parent = int((Path("/proc") / str(parent) / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError):  # the process ended while we looked
-            continue
-        if parent == os.getpid():
-            found.add(int(entry.name))
-    return found

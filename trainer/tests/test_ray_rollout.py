@@ -35,7 +35,7 @@ from transformers import AutoModelForCausalLM
 import envhub
 from envhub.rollout.ray_backend import RayWorkerLost
 from envhub.store import read_episodes
-from envhub.testing.process import ray_actor_pids
+from tests.envhub_testkit.processes import ray_actor_pids
 
 ray = pytest.importorskip("ray", reason="ray: true needs Ray: pip install 'envhub-core[ray]'")
 
