@@ -6,7 +6,11 @@ contract short to implement live in `envhub.authoring`; nothing here knows about
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import copy
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self
 
@@ -98,6 +102,38 @@ class EpisodeStateError(RuntimeError):
     """The caller stepped an episode that was never reset or has already ended: a bug in the driver."""
 
 
+class NotForkable(TypeError):
+    """`Env.fork` was asked of an env that cannot copy its episode; the message says why and what to do."""
+
+
+def _resources(env: Env) -> Iterator[tuple[str, Any]]:
+    """(attribute, value) for what `Env.__fork__` replaces rather than copies: values with a `__fork__`
+    and asyncio primitives, among the env's attributes and the items of its container attributes."""
+    for name, value in vars(env).items():
+        items = value.values() if isinstance(value, dict) else value
+        candidates = items if isinstance(value, list | tuple | set | frozenset | dict) else [value]
+        for item in candidates:
+            if isinstance(item, asyncio.Lock | asyncio.Event) or (
+                hasattr(type(item), "__fork__") and not isinstance(item, type)
+            ):
+                yield name, item
+
+
+def _fresh_primitive(value: asyncio.Lock | asyncio.Event, name: str) -> asyncio.Lock | asyncio.Event:
+    """A new lock or event for the child (asyncio's are bound to the loop that first waited on them);
+    a lock held mid-fork means a call is still running."""
+    if isinstance(value, asyncio.Lock) and value.locked():
+        raise NotForkable(
+            f"the lock {name!r} is held: a call is still running in the env; fork between steps"
+        )
+    if isinstance(value, asyncio.Event):
+        fresh = asyncio.Event()
+        if value.is_set():
+            fresh.set()
+        return fresh
+    return asyncio.Lock()
+
+
 def parse_action(action: Action) -> Message:
     """Read any accepted action form as an assistant message, or raise MalformedAction saying why."""
     if isinstance(action, str):
@@ -138,6 +174,9 @@ class Env(ABC):
     reference_reward: ClassVar[float | None] = 1.0
     """What the env's reference solution (`reference_action`) earns; `envhub check` holds the oracle to
     it. None where no fixed figure exists (returns of stochastic games, scores outside 0..1)."""
+    forkable: ClassVar[bool | str] = True
+    """Whether `fork` can copy an episode of this env: True, or a sentence saying why not and what to do
+    instead (an env holding a live browser page, a remote connection)."""
 
     @property
     def tools(self) -> list[ToolSpec]:
@@ -164,6 +203,66 @@ class Env(ABC):
         The oracle policy plays this; environments without a reference solution return None.
         """
         return None
+
+    async def fork(self, n: int = 1) -> list[Self]:
+        """`n` independent envs in this env's state at this point of its episode: same messages, same
+        tool state, a copy of each sandbox's files (processes are not carried: they start afresh).
+
+        What one child does is never seen by another or by this env; each must be closed. Raises
+        NotForkable, saying why, for an env that cannot copy itself (`forkable`).
+        """
+        if n < 1:
+            raise ValueError(f"fork makes at least one child, got n={n}")
+        if self.forkable is not True:
+            why = self.forkable or "it declares forkable = False"
+            raise NotForkable(f"{self!r} cannot fork: {why}")
+        children: list[Self] = []
+        try:
+            for _ in range(n):
+                children.append(await self.__fork__({}))
+        except BaseException:
+            for child in children:
+                with contextlib.suppress(Exception):  # the error worth raising is the first one
+                    await asyncio.shield(child.close())
+            raise
+        return children
+
+    async def __fork__(self, memo: dict[int, Any]) -> Self:
+        """One child for `fork`: a deep copy of this env, in which every attribute value (or item of a
+        list, tuple, set or dict attribute) with a `__fork__` of its own, a sandbox, is replaced by what
+        that returns, and asyncio locks and events by new ones.
+
+        Override it for state a deep copy cannot take (a client, a live process): put what the child
+        should hold in `memo` first, keyed by the original's id (the original itself, to share it), then
+        `return await super().__fork__(memo)`, as with `copy.deepcopy`'s memo.
+        """
+        forked: list[Any] = []
+        try:
+            for name, value in _resources(self):
+                if id(value) in memo:
+                    continue
+                if isinstance(value, asyncio.Lock | asyncio.Event):
+                    memo[id(value)] = _fresh_primitive(value, name)
+                else:
+                    memo[id(value)] = await value.__fork__(memo)
+                    forked.append(memo[id(value)])
+            child = object.__new__(type(self))
+            memo[id(self)] = child
+            for name, value in vars(self).items():
+                try:
+                    vars(child)[name] = copy.deepcopy(value, memo)
+                except Exception as exc:
+                    raise NotForkable(
+                        f"{self!r} cannot fork: its attribute {name!r} ({type(value).__name__}) cannot be "
+                        f"copied ({type(exc).__name__}: {exc}); give the env a __fork__ that puts what "
+                        "the child should hold in memo, or declare forkable = 'why not'"
+                    ) from exc
+        except BaseException:
+            for resource in forked:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(resource.close())  # sandboxes and envs: all have close()
+            raise
+        return child
 
     def to_gymnasium(self, **kwargs: Any) -> GymnasiumEnv:
         """A synchronous `gymnasium.Env` over this environment (needs the `gymnasium` extra, so the

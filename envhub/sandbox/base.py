@@ -148,6 +148,28 @@ class Sandbox(ABC):
         """
         raise NotImplementedError(f"the {self.backend} backend cannot be recycled")
 
+    async def fork(self) -> Self:
+        """A new open sandbox, with the same policy, holding a copy of this one's writable files.
+
+        Nothing is shared: what either does to its files the other never sees. Processes are not
+        carried: the copy starts with none running, and files a background process is writing may be
+        copied half-written. Backends that cannot copy themselves raise NotImplementedError.
+        """
+        raise NotImplementedError(
+            f"the {self.backend} backend cannot fork a sandbox; use the local or docker backend"
+        )
+
+    async def __fork__(self, memo: dict[int, Any]) -> Self:
+        """What `Env.fork` puts in a child env where this sandbox was: its fork."""
+        return await self.fork()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Sandbox:
+        """Refused: a copied handle would share (and later close) this sandbox; `fork()` copies it."""
+        raise TypeError(
+            f"a {type(self).__name__} cannot be deep-copied; `await sandbox.fork()` makes an independent "
+            "copy (an env's sandboxes are forked by Env.fork when they are its attributes, or items of them)"
+        )
+
     async def python(self, *, python: str = "python3") -> PythonWorker:
         """A persistent Python interpreter in this sandbox: state survives between `run` calls."""
         worker = PythonWorker(self, python=python)

@@ -49,6 +49,9 @@ shell), as the local backend's pid namespace does; the init survives, owned by a
 LABEL = "envhub.sandbox"
 OWNER_LABEL = "envhub.owner"
 """The pid of the process that made the container: what a leak check on a shared engine looks at."""
+FORK_REPOSITORY = "envhub-fork"
+"""Where `fork` commits a writable_image container; each image goes when its fork closes."""
+FORK_LABEL = "envhub.fork"
 HOST_GRACE_S = 10.0
 CGROUP_V1 = Path("/sys/fs/cgroup")
 _NAMESPACE_FLAGS = (0x00020000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000, 0x02000000)
@@ -120,6 +123,8 @@ class DockerSandbox(Sandbox):
         self.image = image
         self.exec_user = exec_user
         """Who commands run as: EXEC_USER, or the image's own user in writable_image mode."""
+        self._fork_image: str | None = None
+        """The image committed for this sandbox when it was forked from another; removed with it."""
 
     @classmethod
     async def create(cls, policy: IsolationPolicy, *, image: str | None = None) -> DockerSandbox:
@@ -379,9 +384,68 @@ class DockerSandbox(Sandbox):
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
+    async def fork(self) -> DockerSandbox:
+        """A new container with this one's policy and files: with `writable_image`, a `docker commit` of
+        this container is its image (removed when the fork closes); the tmpfs areas (the workdir,
+        unless `writable_image`; /tmp and /dev/shm), which a commit does not hold, are copied by `tar`
+        through the host. Processes are not carried."""
+        self._check_open()
+        image = self.image
+        if self.policy.writable_image:
+            image = await asyncio.to_thread(self._commit)
+        try:
+            child = await DockerSandbox.create(self.policy, image=image)
+        except BaseException:
+            if image != self.image:
+                await asyncio.to_thread(_remove_image, self._client, image)
+            raise
+        child._fork_image = image if image != self.image else None
+        child.image = self.image  # what the report names: the image the files came from
+        try:
+            for area in self._tmpfs_areas():
+                await self._copy_area(area, child)
+        except BaseException:
+            await asyncio.shield(child.close())
+            raise
+        return child
+
+    def _commit(self) -> str:
+        """Commit the container as a new image, with the parent image's user, not the init's."""
+        tag = f"{FORK_REPOSITORY}:{self._container.id[:12]}-{time.monotonic_ns()}"
+        repository, _, name = tag.partition(":")
+        self._container.commit(
+            repository=repository, tag=name, changes=[f"USER {self.exec_user}", f"LABEL {FORK_LABEL}=1"]
+        )
+        return tag
+
+    def _tmpfs_areas(self) -> list[str]:
+        areas = ["/tmp", "/dev/shm"]
+        return areas if self.policy.writable_image else [self.policy.workdir, *areas]
+
+    async def _copy_area(self, area: str, child: DockerSandbox) -> None:
+        """Copy one tmpfs area into the child, through the host, as each container's command user."""
+        saved, self.policy = self.policy, self.policy.model_copy(update={"max_output_bytes": 1 << 40})
+        try:
+            out, err, _, code, _, _ = await self._run(["sh", "-c", _TAR_AREA, "sh", area])
+        finally:
+            self.policy = saved
+        if code not in (0, 1):  # 1: a file changed while it was read; the copy holds what was there
+            raise SandboxError(
+                f"reading {area} of the sandbox to fork it failed: {err.decode(errors='replace')}"
+            )
+        _, err, _, code, _, _ = await child._run(
+            ["tar", "--extract", "--file=-", "--no-same-owner", "--preserve-permissions",
+             "--directory", area],
+            stdin=out,
+        )  # fmt: skip
+        if code != 0:
+            raise SandboxError(f"copying {area} into the fork failed: {err.decode(errors='replace')}")
+
     async def _close(self) -> None:
         try:
             await asyncio.to_thread(self._container.remove, force=True)
+            if self._fork_image is not None:
+                await asyncio.to_thread(_remove_image, self._client, self._fork_image)
         finally:
             self._client.close()
 
@@ -455,6 +519,19 @@ class DockerSandbox(Sandbox):
                 "exec_user": self.exec_user,
             },
         )
+
+
+_TAR_AREA = 'cd "$1" && find . -mindepth 1 -maxdepth 1 -print0 | tar -c --sparse --null -T - -f -'
+"""A tar of what is in the area, not of the area itself: the child's own mount point keeps its owner
+and mode (which its command user could not change)."""
+
+
+def _remove_image(client: docker.DockerClient, image: str) -> None:
+    """Remove a fork's committed image; one a later fork still builds on keeps its layers until then."""
+    import docker.errors
+
+    with contextlib.suppress(docker.errors.APIError):
+        client.images.remove(image, noprune=False)
 
 
 def _send_stdin(raw: socket.socket, data: bytes) -> None:
