@@ -9,12 +9,9 @@ a fork. Making every envhub id a gymnasium id is `envhub.gym_registration`'s job
 
 from __future__ import annotations
 
-import asyncio
 import io
 import multiprocessing
-import os
-import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from ctypes import c_int32
 from multiprocessing.sharedctypes import SynchronizedArray
 from types import ModuleType
@@ -27,6 +24,7 @@ from gymnasium.vector.utils import shared_memory
 
 from envhub.env_spec import EnvSpec
 from envhub.messages import Message
+from envhub.sync_loop import run
 from envhub.text_format import parse_assistant_text, render
 from envhub.tools import ToolSpec
 
@@ -52,32 +50,6 @@ class AsyncEnv(Protocol):
     async def step(self, action: Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]: ...
 
     async def close(self) -> None: ...
-
-
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine on the shared background loop and wait for its result."""
-    global _loop
-    with _loop_lock:
-        if _loop is None:
-            _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="envhub-gymnasium", daemon=True).start()
-    return asyncio.run_coroutine_threadsafe(coro, _loop).result()
-
-
-def _forget_loop_after_fork() -> None:
-    """A forked child inherits the loop but not the thread running it: waiting on it would hang forever.
-
-    The lock is replaced too, since another thread may have held it at the moment of the fork.
-    """
-    global _loop, _loop_lock
-    _loop, _loop_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_loop_after_fork)
 
 
 class UnicodeText(spaces.Text):
@@ -194,14 +166,14 @@ class GymnasiumEnv(gym.Env[Any, str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         super().reset(seed=seed)
-        observation, info = _run(self.env.reset(seed=seed, options=options))
+        observation, info = run(self.env.reset(seed=seed, options=options))
         self.transcript = list(observation)
         info = {**info, "tools": [t.to_openai() for t in self.env.tools]}
         return self._observe(observation), info
 
     def step(self, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         message = parse_assistant_text(action) if isinstance(action, str) else action
-        observation, reward, terminated, truncated, info = _run(self.env.step(message))
+        observation, reward, terminated, truncated, info = run(self.env.step(message))
         self.transcript.append(message)
         self.transcript.extend(observation)
         return self._observe(observation), float(reward), terminated, truncated, info
@@ -214,7 +186,7 @@ class GymnasiumEnv(gym.Env[Any, str]):
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            _run(self.env.close())
+            run(self.env.close())
 
     def _observe(self, messages: list[Message]) -> Any:
         text = render(messages)
