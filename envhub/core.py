@@ -106,6 +106,13 @@ class NotForkable(TypeError):
     """`Env.fork` was asked of an env that cannot copy its episode; the message says why and what to do."""
 
 
+def check_forkable(env: Env) -> None:
+    """Raise NotForkable, with the env's reason, when its class declares that it cannot fork."""
+    if env.forkable is not True:
+        why = env.forkable or "it declares forkable = False"
+        raise NotForkable(f"{env!r} cannot fork: {why}")
+
+
 def _resources(env: Env) -> Iterator[tuple[str, Any]]:
     """(attribute, value) for what `Env.__fork__` replaces rather than copies: values with a `__fork__`
     and asyncio primitives, among the env's attributes and the items of its container attributes."""
@@ -213,9 +220,7 @@ class Env(ABC):
         """
         if n < 1:
             raise ValueError(f"fork makes at least one child, got n={n}")
-        if self.forkable is not True:
-            why = self.forkable or "it declares forkable = False"
-            raise NotForkable(f"{self!r} cannot fork: {why}")
+        check_forkable(self)
         children: list[Self] = []
         try:
             for _ in range(n):

@@ -120,6 +120,10 @@ class Episode(BaseModel):
     recording: Recording | None = None
     """Every sandbox, REPL, tool and secret-entropy call with its answer, when rolled out with `record`;
     `envhub replay` plays the episode again against it without sandboxes. None when not recorded."""
+    parent: str | None = None
+    """The id of the episode this one was forked from (`envhub rollout --fork-at`); None otherwise."""
+    fork_turn: int | None = None
+    """How many turns this episode shares with its parent: it was forked after that many steps."""
 
     @property
     def ending(self) -> Literal["error", "terminated", "truncated", "unfinished"]:

@@ -147,6 +147,17 @@ def rollout(
             help="Keep each episode's sandbox, REPL and tool calls, for `envhub replay` and `rescore`.",
         ),
     ] = False,
+    fork_at: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Per task, play one prefix of this many turns, fork the env --group times there and "
+            "finish each child on its own (stored with parent and fork_turn).",
+        ),
+    ] = None,
+    group: Annotated[
+        int, typer.Option(min=1, help="With --fork-at: children forked from each task's prefix.")
+    ] = 4,
 ) -> None:
     """Generate a batch of episodes, with a progress bar and a summary table; resumable with --resume.
 
@@ -166,7 +177,7 @@ def rollout(
         )
         factory = functools.partial(load_policy, policy, model=model, sampling=sampling)
         player = factory()  # a bad spec or setting fails here, before anything runs
-        label = _label(policy, model, sampling, rollouts)
+        label = _label(policy, model, sampling, rollouts, fork_at, group)
         limits = RolloutLimits(
             concurrency=concurrency,
             step_timeout=step_timeout,
@@ -175,6 +186,9 @@ def rollout(
             retries=retries,
             record=record_calls,
         )
+        if fork_at is not None and rollouts > 1:
+            raise ValueError("--fork-at plays --group children per task; leave --rollouts at 1")
+        per_task = rollouts if fork_at is None else group + 1  # a fork group: the prefix, then its children
         resolved = registry.spec(env_id).id
         if locked is not None:
             check_lock(locked, resolved, env_kwargs)  # before anything runs or is stored
@@ -201,7 +215,7 @@ def rollout(
             return await batch_rollout(
                 env_id,
                 player if backend == "local" else factory,
-                episodes=plan(tasks, rollouts=rollouts, seed=seed),
+                episodes=plan(tasks, rollouts=per_task, seed=seed),
                 limits=limits,
                 env_kwargs=env_kwargs,
                 seed=seed,
@@ -213,6 +227,7 @@ def rollout(
                 policy_label=label,
                 on_start=started,
                 on_episode=record,
+                fork_at=fork_at,
             )
         finally:
             await player.close()  # the HTTP connection pool or local model lives in this loop
@@ -227,7 +242,7 @@ def rollout(
         manifest = load_manifest(out)
         stored = manifest.episodes_done if manifest else 0
         errors.print(
-            f"interrupted: {stored} of {tasks * rollouts} episodes are stored in {out}; "
+            f"interrupted: {stored} of {tasks * per_task} episodes are stored in {out}; "
             "run the same command with --resume to finish"
         )
         raise typer.Exit(code=130) from None
@@ -242,11 +257,14 @@ def _stop(progress: Progress) -> None:
         progress.stop()
 
 
-def _label(policy: str, model: str | None, sampling: Sampling, rollouts: int) -> str:
+def _label(
+    policy: str, model: str | None, sampling: Sampling, rollouts: int, fork_at: int | None, group: int
+) -> str:
     """How the manifest names who played and how (`openai#m temperature=0.7 rollouts=4`): a resume
     with other settings would mix two batches, so the store refuses it by this name."""
     parts = [policy, f"model={model}" if model else "", sampling.describe()]
     parts.append(f"rollouts={rollouts}" if rollouts > 1 else "")  # episode i plays task i // rollouts
+    parts.append(f"fork-at={fork_at} group={group}" if fork_at is not None else "")
     return " ".join(p for p in parts if p)
 
 

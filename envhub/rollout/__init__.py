@@ -2,7 +2,16 @@
 
 from envhub.rollout.batch import RolloutResult, error_rate_problem, failed, fresh_run_dir, rollout
 from envhub.rollout.ray_backend import RayEpisodePool
-from envhub.rollout.runner import BatchResult, EpisodeRef, RolloutLimits, plan, run_batch, run_episode
+from envhub.rollout.runner import (
+    BatchResult,
+    EpisodeRef,
+    RolloutLimits,
+    plan,
+    run_batch,
+    run_episode,
+    run_fork_batch,
+    run_fork_group,
+)
 from envhub.rollout.summary import BatchSummary, summarize, summary_table
 
 __all__ = [
@@ -19,6 +28,8 @@ __all__ = [
     "rollout",
     "run_batch",
     "run_episode",
+    "run_fork_batch",
+    "run_fork_group",
     "summarize",
     "summary_table",
 ]

@@ -20,7 +20,7 @@ from envhub.records import RETRYABLE, Episode
 from envhub.registration import registry
 from envhub.rollout.kwargs import check_env_kwargs
 from envhub.rollout.ray_backend import PolicyFactory, RayEpisodePool, ray_address, run_batch_ray
-from envhub.rollout.runner import BatchResult, EpisodeRef, RolloutLimits, plan, run_batch
+from envhub.rollout.runner import BatchResult, EpisodeRef, RolloutLimits, plan, run_batch, run_fork_batch
 from envhub.store import BatchSpec, BatchStore, read_episodes
 
 RUNS = Path("runs")
@@ -96,6 +96,7 @@ async def rollout(
     policy_label: str | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_episode: Callable[[Episode], None] | None = None,
+    fork_at: int | None = None,
 ) -> RolloutResult:
     """Play a batch of `env_id` with `policy`; with `out`, store it there (journal, shards, manifest).
 
@@ -109,6 +110,8 @@ async def rollout(
     `RayEpisodePool` whose actors, envs and policies outlive the call. `ray_workers` is the number of
     Ray actors (default: one per CPU of the cluster, at most `limits.concurrency`).
     Interrupted (Ctrl-C, cancelled), it keeps every finished episode in `out` and re-raises.
+    `fork_at` plays each task's references as a fork group (`run_fork_batch`): the first is a prefix
+    of `fork_at` turns, the others children forked there; local backend only, not resumable.
     """
     limits = limits or RolloutLimits()
     env_kwargs = dict(env_kwargs or {})
@@ -123,6 +126,11 @@ async def rollout(
     if retry_errors and not (resume and out is not None):
         raise ValueError(
             "--retry-errors plays failed episodes of a stored batch again: it needs --out and --resume"
+        )
+    if fork_at is not None and (backend != "local" or resume):
+        raise ValueError(
+            "--fork-at plays each group's children from its prefix's live env: it runs on the local "
+            "backend only, and a stopped fork batch cannot be resumed (run it again into a new --out)"
         )
     check_env_kwargs(resolved, env_kwargs)
     store = None
@@ -144,7 +152,7 @@ async def rollout(
                 on_episode(episode)
 
         result = await _play(
-            resolved, policy, todo, limits, env_kwargs, record, backend, address, ray_workers
+            resolved, policy, todo, limits, env_kwargs, record, backend, address, ray_workers, fork_at
         )
     finally:
         if store is not None:
@@ -177,6 +185,7 @@ async def _play(
     backend: str | RayEpisodePool,
     address: str | None,
     ray_workers: int | None = None,
+    fork_at: int | None = None,
 ) -> BatchResult:
     if not refs:
         return BatchResult(episodes=[], wall_seconds=0.0)
@@ -196,6 +205,11 @@ async def _play(
         )
     player = policy if isinstance(policy, Policy) else policy()
     try:
+        if fork_at is not None:
+            return await run_fork_batch(
+                env_id, player, episodes=refs, fork_at=fork_at, limits=limits, env_kwargs=env_kwargs,
+                on_episode=record,
+            )  # fmt: skip
         return await run_batch(
             env_id, player, episodes=refs, limits=limits, env_kwargs=env_kwargs, on_episode=record
         )

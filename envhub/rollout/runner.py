@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envhub.core import Env, ResetInfo, StepInfo, recorded_action
+from envhub.core import Env, NotForkable, ResetInfo, StepInfo, check_forkable, recorded_action
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
 from envhub.records import RETRYABLE, Episode, EpisodeError, ErrorKind, Turn, episode_id
@@ -160,18 +160,37 @@ async def run_episode(
             )  # fmt: skip
         return episode.model_copy(update={"recording": tape.recording()})
     show = on_messages or (lambda messages: None)
-    started, started_at = time.perf_counter(), datetime.now(UTC)
+    started = time.perf_counter()
+    base = _base(env, policy, episode_id)
+    limits = _Limits(step_timeout, deadline, deadline_reason)
+    opened = await _reset(env, limits, base, seed)
+    if isinstance(opened, Episode):
+        return opened
+    observation, fields = opened
+    show(observation)
+    play = _Play(messages=list(observation))
+    await _play_turns(env, policy.for_episode(env), play, limits, show)
+    return play.episode(base, **fields, wall_seconds=time.perf_counter() - started)
+
+
+def _base(env: Env, policy: Policy, episode_id: str) -> dict[str, Any]:
+    """The fields of an episode's record known before it starts."""
     spec = env.spec
-    base: dict[str, Any] = {
+    return {
         "episode_id": episode_id,
         "env_id": spec.id if spec else type(env).__name__,
         "env_version": spec.version if spec else None,
         "provenance": spec.provenance if spec else {},
         "policy": policy.name,
         "policy_info": policy.info(),
-        "started_at": started_at,
+        "started_at": datetime.now(UTC),
     }
-    limits = _Limits(step_timeout, deadline, deadline_reason)
+
+
+async def _reset(
+    env: Env, limits: _Limits, base: dict[str, Any], seed: int | None
+) -> tuple[list[Message], dict[str, Any]] | Episode:
+    """Reset the env: the first observation and the record's fields it gives, or the failed episode."""
     tapes.mark_turn(0)
     try:
         observation, info = await limits.run(env.reset(seed=seed), "env reset")
@@ -183,45 +202,157 @@ async def run_episode(
         return Episode(
             **base, seed=seed, prompt=[], error=EpisodeError(kind="env_error", message=_describe(exc))
         )
-    show(observation)
-    player = policy.for_episode(env)
-    messages = list(observation)
-    turns: list[Turn] = []
-    components: dict[str, float] = {}
-    terminated = truncated = False
+    return observation, {
+        "seed": reset_info.seed if reset_info.seed is not None else seed,
+        "prompt": observation,
+        "tools": list(env.tools),  # the schemas the policy saw: the stored `tools` column (docs/episodes.md)
+        "isolation": reset_info.isolation,
+    }
+
+
+async def run_fork_group(
+    env: Env,
+    policy: Policy,
+    *,
+    fork_at: int,
+    group: int,
+    seed: int | None = None,
+    episode_ids: Sequence[str] | None = None,
+    step_timeout: float | None = None,
+    deadline: float | None = None,
+    deadline_reason: str = "the time budget",
+) -> list[Episode]:
+    """Play one prefix of `fork_at` turns, fork the env `group` times there, finish each child on its own.
+
+    Returns the prefix's record first (unfinished: neither terminated nor truncated), then the children's,
+    each whole (the prefix's turns, then its own) with `parent` the prefix's id and `fork_turn` the
+    turns they share. `episode_ids` names the prefix and the children (default "0", "1", ...). A prefix
+    that ends or fails before `fork_at` turns is forked where it stopped: its children are copies of
+    it, with nothing left to play. An env that cannot fork raises NotForkable.
+    """
+    if fork_at < 1 or group < 1:
+        raise ValueError(f"need fork_at >= 1 and group >= 1, got {fork_at} and {group}")
+    ids = list(episode_ids) if episode_ids is not None else [str(i) for i in range(group + 1)]
+    if len(ids) != group + 1:
+        raise ValueError(f"a group of {group} needs {group + 1} episode ids (the prefix's first)")
+    check_forkable(env)  # before the prefix is played for nothing
+    started = time.perf_counter()
+    base = _base(env, policy, ids[0])
+    limits = _Limits(step_timeout, deadline, deadline_reason)
+    opened = await _reset(env, limits, base, seed)
+    if isinstance(opened, Episode):
+        return _copies(opened, ids, 0)
+    observation, fields = opened
+    prefix = _Play(messages=list(observation))
+    await _play_turns(env, policy.for_episode(env), prefix, limits, _quiet, until=fork_at)
+    shared = prefix.episode(base, **fields, wall_seconds=time.perf_counter() - started)
+    if prefix.over:
+        return _copies(shared, ids, len(prefix.turns))
+    try:
+        children = await limits.run(env.fork(group), "env fork")
+    except NotForkable:
+        raise
+    except (_Stopped, Exception) as exc:
+        kind: ErrorKind = exc.kind if isinstance(exc, _Stopped) else "env_error"
+        failed = shared.model_copy(update={"error": EpisodeError(kind=kind, message=_describe(exc))})
+        return _copies(failed, ids, len(prefix.turns))
+
+    async def finish(child: Env, child_id: str) -> Episode:
+        play = _Play(list(prefix.messages), list(prefix.turns), dict(prefix.components))
+        try:
+            await _play_turns(child, policy.for_episode(child), play, limits, _quiet)
+        finally:
+            await _close_quietly(child)
+        wall = time.perf_counter() - started
+        record = {**base, "episode_id": child_id}
+        return play.episode(record, **fields, wall_seconds=wall, parent=ids[0], fork_turn=len(prefix.turns))
+
+    finished = await asyncio.gather(*(finish(c, i) for c, i in zip(children, ids[1:], strict=True)))
+    return [shared, *finished]
+
+
+def _copies(episode: Episode, ids: list[str], fork_turn: int) -> list[Episode]:
+    """A group whose prefix stopped before the fork: the prefix, and children that are copies of it."""
+    children = [
+        episode.model_copy(update={"episode_id": i, "parent": ids[0], "fork_turn": fork_turn})
+        for i in ids[1:]
+    ]
+    return [episode, *children]
+
+
+def _quiet(messages: list[Message]) -> None:
+    return
+
+
+@dataclass
+class _Play:
+    """An episode as far as it has been played: what `_play_turns` extends, turn by turn."""
+
+    messages: list[Message]
+    turns: list[Turn] = field(default_factory=list)
+    components: dict[str, float] = field(default_factory=dict)
+    terminated: bool = False
+    truncated: bool = False
     error: EpisodeError | None = None
-    while not (terminated or truncated):
+
+    @property
+    def over(self) -> bool:
+        return self.terminated or self.truncated or self.error is not None
+
+    def episode(self, base: dict[str, Any], **fields: Any) -> Episode:
+        return Episode(
+            **base,
+            **fields,
+            turns=self.turns,
+            reward=sum(t.reward for t in self.turns),
+            reward_components=self.components,
+            terminated=self.terminated,
+            truncated=self.truncated,
+            error=self.error,
+        )
+
+
+async def _play_turns(
+    env: Env,
+    player: Policy,
+    play: _Play,
+    limits: _Limits,
+    show: Callable[[list[Message]], None],
+    *,
+    until: int | None = None,
+) -> None:
+    """Play turns until the episode ends (or has `until` turns): the policy acts, the env answers."""
+    while not play.over and (until is None or len(play.turns) < until):
         stage = "policy"
         asked = time.perf_counter()
         try:
-            output = await limits.run(player.act(messages, env.tools), "policy call")
+            output = await limits.run(player.act(play.messages, env.tools), "policy call")
             policy_seconds = time.perf_counter() - asked
             action, tokens = (
                 (output.message, output.tokens) if isinstance(output, Generation) else (output, None)
             )
             stage = "env"
-            tapes.mark_turn(len(turns) + 1)
+            tapes.mark_turn(len(play.turns) + 1)
             result = await limits.run(env.step(action), "env step")
             step_info = StepInfo.read(result.info)
         except _Stopped as stop:
-            error = EpisodeError(kind=stop.kind, message=str(stop))
-            truncated = stop.kind == "cutoff"
-            break
+            play.error = EpisodeError(kind=stop.kind, message=str(stop))
+            play.truncated = stop.kind == "cutoff"
+            return
         except Exception as exc:
-            error = EpisodeError(
-                kind="policy_error" if stage == "policy" else "env_error", message=_describe(exc)
-            )
-            break
+            kind: ErrorKind = "policy_error" if stage == "policy" else "env_error"
+            play.error = EpisodeError(kind=kind, message=_describe(exc))
+            return
         recorded = recorded_action(action)
         show([recorded, *result.observation])
-        messages.append(recorded)
-        messages.extend(result.observation)
-        terminated, truncated = result.terminated, result.truncated
+        play.messages.append(recorded)
+        play.messages.extend(result.observation)
+        play.terminated, play.truncated = result.terminated, result.truncated
         if step_info.reward_components is not None:
-            components = step_info.reward_components
-        turns.append(
+            play.components = step_info.reward_components
+        play.turns.append(
             Turn(
-                index=len(turns),
+                index=len(play.turns),
                 action=recorded,
                 observation=result.observation,
                 reward=result.reward,
@@ -229,20 +360,6 @@ async def run_episode(
                 tokens=tokens,
             )
         )
-    return Episode(
-        **base,
-        seed=reset_info.seed if reset_info.seed is not None else seed,
-        prompt=observation,
-        tools=list(env.tools),  # the schemas the policy saw: the stored `tools` column (docs/episodes.md)
-        turns=turns,
-        reward=sum(t.reward for t in turns),
-        reward_components=components,
-        terminated=terminated,
-        truncated=truncated,
-        error=error,
-        wall_seconds=time.perf_counter() - started,
-        isolation=reset_info.isolation,
-    )
 
 
 def _describe(exc: BaseException) -> str:
@@ -309,6 +426,65 @@ async def run_batch(
     )
 
 
+async def run_fork_batch(
+    env_id: str,
+    policy: Policy,
+    *,
+    episodes: Iterable[EpisodeRef],
+    fork_at: int,
+    limits: RolloutLimits | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
+) -> BatchResult:
+    """Play fork groups: the references of each task, in order, are one group, its first the prefix
+    played to `fork_at` turns and the others the children forked there (`plan(tasks, rollouts=G + 1)`).
+
+    Groups run `limits.concurrency` at a time, each on its worker's env; its children run at once.
+    """
+    limits = limits or RolloutLimits()
+    if limits.record:
+        raise ValueError("recording forked episodes is not supported yet: roll out without --record")
+    groups: dict[int, list[EpisodeRef]] = {}
+    for ref in episodes:
+        groups.setdefault(ref.task, []).append(ref)
+    if any(len(g) < 2 for g in groups.values()):
+        raise ValueError("each task needs a prefix and at least one child: plan(tasks, rollouts=G + 1)")
+    pending: asyncio.Queue[list[EpisodeRef]] = asyncio.Queue()
+    for group in groups.values():
+        pending.put_nowait(group)
+    loop = asyncio.get_running_loop()
+    started = time.perf_counter()
+    budget_deadline = None if limits.time_budget is None else loop.time() + limits.time_budget
+    done: list[Episode] = []
+
+    async def worker() -> None:
+        env_worker = EnvWorker(env_id, env_kwargs or {}, policy, limits, seed=None)
+        try:
+            while not pending.empty():
+                if budget_deadline is not None and loop.time() >= budget_deadline:
+                    return
+                group = pending.get_nowait()
+                for episode in await env_worker.play_group(group, fork_at, budget_deadline=budget_deadline):
+                    done.append(episode)
+                    if on_episode is not None:
+                        on_episode(episode)
+        finally:
+            await env_worker.close()
+
+    try:
+        async with asyncio.TaskGroup() as task_group:
+            for _ in range(min(limits.concurrency, max(len(groups), 1))):
+                task_group.create_task(worker())
+    except* NotForkable as refused:  # the env's own answer, not an infrastructure failure: say it once
+        raise refused.exceptions[0] from None
+    not_started = sorted(r.index for _ in range(pending.qsize()) for r in pending.get_nowait())
+    return BatchResult(
+        episodes=sorted(done, key=lambda e: e.episode_id),
+        not_started=not_started,
+        wall_seconds=time.perf_counter() - started,
+    )
+
+
 class EnvWorker:
     """One environment playing episode after episode, with the runner's limits and retries.
 
@@ -344,16 +520,7 @@ class EnvWorker:
             try:
                 env = self.env = self.env or make(self.env_id, **self.env_kwargs)
             except Exception as exc:  # a sandbox that could not start: retried like any infrastructure error
-                episode = Episode(
-                    episode_id=episode_id(ref.index),
-                    env_id=self.env_id,
-                    seed=ref.seed,
-                    policy=self.policy.name,
-                    policy_info=self.policy.info(),
-                    prompt=[],
-                    error=EpisodeError(kind="env_error", message=f"making the env failed: {_describe(exc)}"),
-                    attempts=attempt,
-                )
+                episode = self._unmade(ref, exc, attempt)
                 continue
             backend = (env.spec.provenance.default_sandbox if env.spec else None) or "none"
             slot = self.backend_slots.get(backend)
@@ -373,18 +540,72 @@ class EnvWorker:
         assert episode is not None  # the loop runs at least once
         return episode
 
+    async def play_group(
+        self, refs: list[EpisodeRef], fork_at: int, *, budget_deadline: float | None = None
+    ) -> list[Episode]:
+        """Play a fork group (`run_fork_group`): refs[0] the prefix, the others its children. The whole
+        group is played again after an infrastructure failure of its prefix or its fork; a child's own
+        failure is recorded, not retried (its prefix state is gone)."""
+        episodes: list[Episode] = []
+        for attempt in range(1, self.limits.retries + 2):
+            try:
+                env = self.env = self.env or make(self.env_id, **self.env_kwargs)
+            except Exception as exc:
+                episodes = [self._unmade(ref, exc, attempt) for ref in refs]
+                continue
+            deadline, reason = self._deadline(budget_deadline)
+            played = await run_fork_group(
+                env,
+                self.policy,
+                fork_at=fork_at,
+                group=len(refs) - 1,
+                seed=refs[0].seed,
+                episode_ids=[episode_id(r.index) for r in refs],
+                step_timeout=self.limits.step_timeout,
+                deadline=deadline,
+                deadline_reason=reason,
+            )
+            episodes = [e.model_copy(update={"attempts": attempt}) for e in played]
+            failure = episodes[0].error
+            if failure is None:
+                break
+            await _close_quietly(env)
+            self.env = None
+            if failure.kind not in RETRYABLE:
+                break
+        return episodes
+
+    def _unmade(self, ref: EpisodeRef, exc: Exception, attempt: int) -> Episode:
+        """The record of an episode whose env could not be made."""
+        return Episode(
+            episode_id=episode_id(ref.index),
+            env_id=self.env_id,
+            seed=ref.seed,
+            policy=self.policy.name,
+            policy_info=self.policy.info(),
+            prompt=[],
+            error=EpisodeError(kind="env_error", message=f"making the env failed: {_describe(exc)}"),
+            attempts=attempt,
+        )
+
     async def close(self) -> None:
         if self.env is not None:
             await _close_quietly(self.env)
             self.env = None
 
-    async def _play_once(self, env: Env, ref: EpisodeRef, budget_deadline: float | None) -> Episode:
+    def _deadline(self, budget_deadline: float | None) -> tuple[float | None, str]:
+        """The loop time an episode started now is cut off at, and which limit that is."""
         limits = self.limits
         loop = asyncio.get_running_loop()
         deadline = None if limits.episode_timeout is None else loop.time() + limits.episode_timeout
         reason = f"the episode timeout ({limits.episode_timeout or 0:g} s)"
         if budget_deadline is not None and (deadline is None or budget_deadline < deadline):
             deadline, reason = budget_deadline, f"the batch time budget ({limits.time_budget:g} s)"
+        return deadline, reason
+
+    async def _play_once(self, env: Env, ref: EpisodeRef, budget_deadline: float | None) -> Episode:
+        limits = self.limits
+        deadline, reason = self._deadline(budget_deadline)
         return await run_episode(
             env,
             self.policy,

@@ -141,6 +141,8 @@ SCHEMA = pa.schema(
             "recording_json",
             pa.string(),
         ),  # `envhub replay`'s tape; null when not recorded, and in older shards
+        ("parent", pa.string()),  # the forked-from episode's id (`--fork-at`); else null, as in older shards
+        ("fork_turn", pa.int32()),  # the turns it shares with its parent; null when not forked
     ],
     metadata={"envhub.schema_version": str(SCHEMA_VERSION)},
 )
@@ -273,6 +275,8 @@ def episode_row(episode: Episode, spec: BatchSpec | None = None) -> dict[str, An
         "isolation_json": json.dumps(episode.isolation) if episode.isolation is not None else None,
         "samples": [s.model_dump() for s in token_samples(episode.turns)],
         "recording_json": episode.recording.model_dump_json() if episode.recording is not None else None,
+        "parent": episode.parent,
+        "fork_turn": episode.fork_turn,
     }
 
 
@@ -314,6 +318,8 @@ def episode_from_row(row: dict[str, Any]) -> Episode:
             "wall_seconds": row["wall_seconds"],
             "isolation": json.loads(row["isolation_json"]) if row["isolation_json"] else None,
             "recording": json.loads(row["recording_json"]) if row.get("recording_json") else None,
+            "parent": row.get("parent"),
+            "fork_turn": row.get("fork_turn"),
         }
     )
 
