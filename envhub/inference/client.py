@@ -9,12 +9,22 @@ policy server client and the reward model client share this one, so they retry a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import random
 import weakref
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+CONNECTIONS_PER_POOL = 32
+"""The most connections one httpx pool holds. httpcore's pool scans all its connections, and for each
+waiting request all of them again, whenever a request starts or ends: one pool of thousands of
+connections, or with thousands of requests waiting, spends its time scanning (1,000 concurrent
+episodes through one pool slowed to ~10 steps/s). So requests wait for a free connection in a queue
+of our own, and each connection slot belongs to one of many small pools."""
 
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 """Answers that mean "try again later": rate limiting and an overloaded or restarting server."""
@@ -87,7 +97,10 @@ class RetryingClient:
     failed together do not retry together), or the server's `Retry-After`; both are capped at
     `max_backoff`. httpx clients belong to the event loop that made them, so each loop gets its own; a
     request waits for a free connection without a time limit (the caller's concurrency bounds that
-    wait, and a request must not time out before it was ever sent).
+    wait, and a request must not time out before it was ever sent). That wait is in a queue of free
+    connection slots, and the `max_connections` are split over pools of at most
+    `CONNECTIONS_PER_POOL`, so that thousands of concurrent requests do not stall in httpx's
+    bookkeeping.
     """
 
     def __init__(
@@ -112,7 +125,7 @@ class RetryingClient:
         self.max_backoff = max_backoff
         self.headers = dict(headers or {})
         self.max_connections = max_connections
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pools] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -149,7 +162,8 @@ class RetryingClient:
 
     async def _post_once(self, url: str, body: object) -> httpx.Response:
         try:
-            response = await self._client().post(url, json=body)
+            async with self._slot() as client:
+                response = await client.post(url, json=body)
         except httpx.TimeoutException as exc:
             detail = f"did not answer within {self.timeout} s ({type(exc).__name__})"
             raise _Transient(Failure("timeout", detail)) from exc
@@ -164,22 +178,55 @@ class RetryingClient:
             raise _Transient(Failure(str(code), detail, retry_after(response.headers.get("retry-after"))))
         return response
 
-    def _client(self) -> httpx.AsyncClient:
+    def _slot(self) -> contextlib.AbstractAsyncContextManager[httpx.AsyncClient]:
+        """A free connection slot of this event loop's pools (made on first use), held for one request."""
         loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = self._clients[loop] = httpx.AsyncClient(
-                headers=self.headers,
-                timeout=httpx.Timeout(self.timeout, pool=None),
-                limits=httpx.Limits(
-                    max_connections=self.max_connections, max_keepalive_connections=self.max_connections
-                ),
-            )
-        return client
+        pools = self._pools.get(loop)
+        if pools is None:
+            pools = self._pools[loop] = _Pools(self._pool_sizes(), self.headers, self.timeout)
+        return pools.slot()
+
+    def _pool_sizes(self) -> list[int]:
+        """`max_connections` split as evenly as can be over pools of at most CONNECTIONS_PER_POOL."""
+        count = math.ceil(self.max_connections / CONNECTIONS_PER_POOL)
+        return [self.max_connections // count + (i < self.max_connections % count) for i in range(count)]
 
     async def close(self) -> None:
         """Close this event loop's connections (and forget other loops', which closed with their loops)."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        self._clients.clear()
-        if client is not None:
-            await client.aclose()
+        pools = self._pools.pop(asyncio.get_running_loop(), None)
+        self._pools.clear()
+        if pools is not None:
+            await asyncio.gather(*(client.aclose() for client in pools.clients))
+
+
+class _Pools:
+    """One event loop's httpx clients, and a slot for each connection they may hold.
+
+    A request takes a slot before it reaches httpx, so no pool ever has a request waiting, and gives
+    it back after; the slot given back last is taken first, so a light load keeps reusing the same
+    warm connections instead of opening one in every pool.
+    """
+
+    def __init__(self, sizes: list[int], headers: dict[str, str], timeout: float) -> None:
+        tls = httpx.create_ssl_context()  # one for all: each costs ~40 ms of reading CA certificates
+        self.clients = [
+            httpx.AsyncClient(
+                verify=tls,
+                headers=headers,
+                timeout=httpx.Timeout(timeout, pool=None),
+                limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
+            )
+            for size in sizes
+        ]
+        self.free: asyncio.LifoQueue[httpx.AsyncClient] = asyncio.LifoQueue()
+        for client, size in zip(self.clients, sizes, strict=True):
+            for _ in range(size):
+                self.free.put_nowait(client)
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[httpx.AsyncClient]:
+        client = await self.free.get()
+        try:
+            yield client
+        finally:
+            self.free.put_nowait(client)
