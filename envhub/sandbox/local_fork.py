@@ -13,14 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from envhub.sandbox.bwrap import DEFAULT_PATH
 from envhub.sandbox.results import SandboxError
-
-if TYPE_CHECKING:
-    from envhub.sandbox.local import LocalSandbox
 
 READ = ["tar", "--create", "--sparse", "--file=-", "--directory"]
 WRITE = ["tar", "--extract", "--file=-", "--no-same-owner", "--preserve-permissions", "--directory"]
@@ -29,22 +26,13 @@ TAR_CHANGED = 1
 holds what was there, as a fork between commands promises, not an error."""
 
 
-async def fork_local(parent: LocalSandbox) -> LocalSandbox:
-    """A new local sandbox with the parent's policy and a copy of its workdir, /tmp and /dev/shm."""
-    child = await type(parent).create(parent.policy)
-    try:
-        for inside, source in parent._areas.items():
-            await copy_area(
-                source,
-                child._areas[inside],
-                reader=parent._slot.uid,
-                writer=child._slot.uid,
-                limit_s=parent.policy.wall_time_s,
-            )
-    except BaseException:
-        await asyncio.shield(child.close())
-        raise
-    return child
+async def copy_areas(
+    source: Mapping[str, Path], reader: int, dest: Mapping[str, Path], writer: int, *, limit_s: float
+) -> None:
+    """Copy each writable area (the workdir, /tmp, /dev/shm: inside path -> host directory) of a parent
+    sandbox, whose slot uid is `reader`, into the same area of its fresh child, whose uid is `writer`."""
+    for inside, area in source.items():
+        await copy_area(area, dest[inside], reader=reader, writer=writer, limit_s=limit_s)
 
 
 async def copy_area(source: Path, dest: Path, *, reader: int, writer: int, limit_s: float) -> None:
