@@ -4,10 +4,10 @@ python benchmarks/fork.py [--iterations N] [--payload-mib M] [--no-docker]
 
 For each backend, a sandbox holds the swe-mini stats repository (its files, as `reset` uploads them),
 M MiB of random bytes (build outputs, a dataset the agent made) and the agent's edits; the table
-compares, per child, the wall time and the disk of `sandbox.fork()` against a fresh sandbox with the repository uploaded (what `reset` pays), and then
-the same at the env level: `env.fork(1)` of a swe-mini episode after two edits against `env.reset()`.
-Disk is the child's writable area as `du` counts it (local: the host's scratch directory; docker:
-`du` inside the container of the tmpfs areas and, for a committed image, the image's own size).
+compares, per child, the wall time and the disk of `sandbox.fork()` against a fresh sandbox with the
+same repository and bytes uploaded (what `reset` pays), then at the env level `env.fork(1)` of a
+swe-mini episode after two edits against `env.reset()`. Disk is the child's writable areas as `du`
+counts them (local: the host's scratch directory; docker: inside the container, its tmpfs areas).
 """
 
 from __future__ import annotations
