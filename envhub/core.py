@@ -126,6 +126,26 @@ def _resources(env: Env) -> Iterator[tuple[str, Any]]:
                 yield name, item
 
 
+_LIVE = (asyncio.AbstractEventLoop, asyncio.BaseTransport, asyncio.subprocess.Process, asyncio.Future)
+"""What a deep copy must never reach: a process, a task, a connection or the loop they run on."""
+
+
+def _refuse_live(env: Env, name: str, value: Any, memo: dict[int, Any]) -> None:
+    """Raise NotForkable when an attribute is, or directly holds, something live (a Python REPL's
+    process, say), rather than let a deep copy half-copy it: a fork copies state, not processes."""
+    if id(value) in memo:
+        return
+    held = vars(value).items() if hasattr(value, "__dict__") and not isinstance(value, type) else ()
+    for where, item in [("", value), *((f".{k}", v) for k, v in held)]:
+        if isinstance(item, _LIVE) and id(item) not in memo:
+            raise NotForkable(
+                f"{env!r} cannot fork: its attribute {name!r}{where} is a live {type(item).__name__}, "
+                "and a fork copies state, not processes, tasks or connections; give the env a "
+                "__fork__ that puts what the child should hold in memo (a new one, or None to start "
+                "afresh), or declare forkable = 'why not'"
+            )
+
+
 def _fresh_primitive(value: asyncio.Lock | asyncio.Event, name: str) -> asyncio.Lock | asyncio.Event:
     """A new lock or event for the child (asyncio's are bound to the loop that first waited on them);
     a lock held mid-fork means a call is still running."""
@@ -254,6 +274,7 @@ class Env(ABC):
             child = object.__new__(type(self))
             memo[id(self)] = child
             for name, value in vars(self).items():
+                _refuse_live(self, name, value, memo)
                 try:
                     vars(child)[name] = copy.deepcopy(value, memo)
                 except Exception as exc:

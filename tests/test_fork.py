@@ -18,6 +18,7 @@ from envhub.messages import Message, ToolCall
 from envhub.policies import load_policy
 from envhub.rollout import run_fork_group
 from envhub.store import read_episodes
+from tests.envhub_testkit.leaks import sandbox_footprint
 
 COUNTER_ID = "test-fork-counter-v0"
 
@@ -141,6 +142,22 @@ async def test_a_tool_env_forked_after_edits_grades_each_child_on_its_own_files(
     finally:
         for e in (*children, env):
             await e.close()
+
+
+async def test_a_live_python_worker_is_refused_by_name_and_the_forked_sandbox_closed() -> None:
+    """A REPL's variables live in its process, which a fork cannot copy: refused, naming the attribute,
+    before a deep copy half-copies the process; the sandbox already forked for the child is closed."""
+    env = envhub.make("tool-use-v0", kind="write-report")
+    try:
+        await env.reset(seed=3)
+        call = ToolCall.create("python", {"code": "x = 41"}, id="p")
+        await env.step(Message(role="assistant", tool_calls=[call]))
+        before = sandbox_footprint()
+        with pytest.raises(NotForkable, match=r"attribute '_worker'\._proc is a live Process"):
+            await env.fork(1)
+        assert sandbox_footprint() == before
+    finally:
+        await env.close()
 
 
 async def test_run_fork_group_records_the_prefix_and_whole_children() -> None:
