@@ -1,10 +1,14 @@
-"""The `local` backend: bubblewrap namespaces + cgroup v1 limits + a non-root uid, no daemon.
+"""The `local` backend: bubblewrap namespaces + cgroup v1 limits + a non-root uid, no daemon on the host.
 
-Each `exec` is one `bwrap` invocation into fresh namespaces; what persists between calls is the writable
-scratch area (a size-capped tmpfs on the host, bound at the workdir, /tmp and /dev/shm). Processes are
-started through a two-line `sh` launcher that, already running as the slot's uid, joins the slot's
-cgroups and lowers rlimits before it execs bwrap: so the limits hold from the first instruction of the
-sandbox, without a `preexec_fn` (unsafe next to the event loop's threads).
+A sandbox's commands run through its exec server (`exec_server.py`): one bubblewrap per sandbox, started
+with the first command (or ahead of time by a pool), whose pid 1 spawns each command and kills all it
+left behind when it ends. A command that arrives while another runs, or a sandbox whose server cannot
+start, gets one `bwrap` invocation into fresh namespaces of its own, as every command once did. What
+persists between commands is the writable scratch area (a size-capped tmpfs on the host, bound at the
+workdir, /tmp and /dev/shm). Every bubblewrap is started through a short `sh` launcher that, already
+running as the slot's uid, joins the slot's cgroups and lowers rlimits before it execs bwrap: so the
+limits hold from the first instruction of the sandbox, without a `preexec_fn` (unsafe next to the event
+loop's threads).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import contextlib
 import math
 import os
 import signal
+import socket
 import tempfile
 import time
 from collections.abc import Mapping
@@ -30,8 +35,10 @@ from envhub.sandbox.bwrap import (
     bwrap_info,
     read_status,
 )
+from envhub.sandbox.exec_server import BOOTSTRAP, Capture, ExecServer, Outcome, ServerStartError, resolve
 from envhub.sandbox.libc import become_subreaper, reap, umount
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport, MiB
+from envhub.sandbox.pool import take_spare
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxTimeout
 from envhub.sandbox.safe_files import download_beneath, read_beneath, upload_beneath, write_beneath
 from envhub.sandbox.scratch import (
@@ -66,9 +73,34 @@ class LocalSandbox(Sandbox):
         self._children: set[asyncio.subprocess.Process] = set()
         self._status_fds: dict[asyncio.subprocess.Process, int] = {}
         self._reapers: set[asyncio.Task[None]] = set()
+        self._server: ExecServer | None = None
+        self._server_lock = asyncio.Lock()
+        self._server_error: str | None = None
+        """Why this sandbox's exec server could not start; its commands then each get a bwrap."""
 
     @classmethod
-    async def create(cls, policy: IsolationPolicy) -> LocalSandbox:
+    async def create(
+        cls, policy: IsolationPolicy, *, spare: bool = True, start_server: bool = False
+    ) -> LocalSandbox:
+        """A new sandbox, or a spare one already started (`spare`, the default policy only: see
+        `envhub.sandbox.pool.take_spare`). `start_server` starts the exec server now rather than with
+        the first command: what pools do, so that their sandboxes are ready to run."""
+        if spare and not start_server:
+            taken = await take_spare(policy)
+            if taken is not None:
+                assert isinstance(taken, LocalSandbox)
+                return taken
+        sandbox = await cls._new(policy)
+        if start_server:
+            try:
+                await sandbox._server_ready()
+            except BaseException:
+                await asyncio.shield(sandbox.close())
+                raise
+        return sandbox
+
+    @classmethod
+    async def _new(cls, policy: IsolationPolicy) -> LocalSandbox:
         bwrap, version = await bwrap_info()
         become_subreaper()
         slot = slot_pool().acquire()
@@ -90,8 +122,10 @@ class LocalSandbox(Sandbox):
     # -- running commands ---------------------------------------------------------------------------
 
     def _bwrap_args(
-        self, env: Mapping[str, str], cwd: str, seccomp_fd: int | None, status_fd: int | None
+        self, env: Mapping[str, str], cwd: str, seccomp_fd: int | None, status_fd: int | None, *, server: bool
     ) -> list[str]:
+        """bwrap's arguments; for the exec server (`server`), its process is the namespace's pid 1 and
+        gets only the base environment (each command's own comes with its request)."""
         p = self.policy
         args = [self._bwrap, "--unshare-all", "--unshare-user"]
         if self._version >= (0, 8):
@@ -114,18 +148,28 @@ class LocalSandbox(Sandbox):
         for host_path, inside in p.ro_binds.items():
             args += ["--ro-bind", host_path, inside]
         args += ["--remount-ro", "/"]  # bwrap's own root tmpfs: no stray writable place outside the scratch
-        base_env = {"PATH": DEFAULT_PATH, "HOME": p.workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
-        for key, value in {**base_env, **p.env, **env}.items():
+        for key, value in (self._base_env() if server else self._command_env(env)).items():
             args += ["--setenv", key, value]
         args += ["--chdir", cwd]
         if seccomp_fd is not None:
             args += ["--seccomp", str(seccomp_fd)]
+        if server:
+            args.append("--as-pid-1")
         return args
+
+    def _base_env(self) -> dict[str, str]:
+        return {"PATH": DEFAULT_PATH, "HOME": self.policy.workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
+
+    def _command_env(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        """A command's whole environment: the base, the policy's variables, the call's own."""
+        return {**self._base_env(), **self.policy.env, **(env or {})}
 
     def _launcher(self, *, cpu_rlimit: bool) -> list[str]:
         """`sh -c` that joins the slot's cgroups and lowers rlimits (backstops), then execs bwrap.
 
         RLIMIT_CPU is left off for the persistent worker: it would cap the whole session's CPU, not a call's.
+        The exec server keeps it: each command it spawns inherits it with a CPU clock of its own, as with
+        a bwrap per command, and the server retires long before its own clock reaches it.
         """
         p = self.policy
         lines = [f'echo $$ > "{f}" || exit 125' for f in self._slot.procs_files]
@@ -148,19 +192,26 @@ class LocalSandbox(Sandbox):
         env: Mapping[str, str] | None,
         cwd: str | None,
         stdin: int,
+        stdout: int = asyncio.subprocess.PIPE,
+        stderr: int = asyncio.subprocess.PIPE,
         persistent: bool = False,
+        server_fd: int | None = None,
     ) -> tuple[asyncio.subprocess.Process, int]:
         """Start argv in the sandbox: the process, and the read end of bwrap's status pipe (which must
-        stay open while the process runs: bwrap gets SIGPIPE writing to a closed one)."""
+        stay open while the process runs: bwrap gets SIGPIPE writing to a closed one).
+
+        `server_fd` starts the exec server: that socket is passed in, and argv runs as pid 1.
+        """
         self._check_open()
         workdir = str(sandbox_path(cwd, self.policy.workdir)) if cwd else self.policy.workdir
         sec_fd = seccomp.memfd() if self.policy.seccomp and seccomp.supported() else None
         status_r, status_w = os.pipe()
         fds = (status_w,) if sec_fd is None else (status_w, sec_fd)
         try:
+            server = server_fd is not None
             cmd = (
                 self._launcher(cpu_rlimit=not persistent)
-                + self._bwrap_args(env or {}, workdir, sec_fd, status_w)
+                + self._bwrap_args(env or {}, workdir, sec_fd, status_w, server=server)
                 + ["--", *argv]
             )
             uid = self._slot.uid
@@ -168,11 +219,11 @@ class LocalSandbox(Sandbox):
             proc = await asyncio.create_subprocess_exec(
                 *cmd,
                 stdin=stdin,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+                stdout=stdout,
+                stderr=stderr,
                 env={"PATH": DEFAULT_PATH},
                 cwd="/",
-                pass_fds=fds,
+                pass_fds=fds if server_fd is None else (*fds, server_fd),
                 start_new_session=True,
                 limit=4 * self.policy.max_output_bytes + 65536,  # one worker reply line
                 user=uid if as_root else None,
@@ -180,7 +231,9 @@ class LocalSandbox(Sandbox):
                 extra_groups=[] if as_root else None,
             )
         except BaseException:
-            os.close(status_r)
+            # Cancelled while starting: asyncio killed bwrap, but an init bwrap had already cloned dies
+            # only after it, as an orphan of ours (we are its subreaper): reap it, or a zombie stays.
+            await asyncio.shield(self._reap_init(read_status(status_r)))
             raise
         finally:
             for fd in fds:
@@ -199,6 +252,124 @@ class LocalSandbox(Sandbox):
     ) -> ExecResult:
         argv = to_argv(command)
         limit = min(timeout, self.policy.wall_time_s) if timeout is not None else self.policy.wall_time_s
+        self._check_open()
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        if not self._server_lock.locked():  # a concurrent command gets its own namespaces instead
+            async with self._server_lock:
+                server = await self._server_or_none()
+                if server is not None:
+                    return await self._exec_on_server(server, argv, data, limit, env, cwd)
+        return await self._exec_in_own_namespaces(argv, data, limit, env, cwd)
+
+    async def _exec_on_server(
+        self,
+        server: ExecServer,
+        argv: list[str],
+        stdin: bytes | None,
+        limit: float,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+    ) -> ExecResult:
+        loop = asyncio.get_running_loop()
+        slot = self._slot
+        slot.reset_counters()
+        oom_before = slot.oom_kills()
+        started = loop.time()
+        workdir = str(sandbox_path(cwd, self.policy.workdir)) if cwd else self.policy.workdir
+        outcome = await server.run(
+            argv,
+            env=self._command_env(env),
+            cwd=workdir,
+            timeout=limit,
+            stdin=stdin,
+            cap=self.policy.max_output_bytes,
+        )
+        oom = slot.oom_kills() > oom_before
+        if outcome.lost and not oom:
+            raise SandboxError(
+                "the sandbox's exec server died while a command ran, and not for want of memory; "
+                "its result is unknown. The next command starts a new server; if this repeats, close "
+                "this sandbox and open a new one"
+            )
+        return self._result(outcome, oom, loop.time() - started)
+
+    def _result(self, outcome: Outcome, oom: bool, wall: float) -> ExecResult:
+        slot = self._slot
+        code = outcome.exit_code
+        if outcome.lost:  # the server was killed for memory: so was the command, with its namespace
+            code = 128 + signal.SIGKILL
+        return ExecResult(
+            stdout=outcome.stdout.decode(errors="replace"),
+            stderr=outcome.stderr.decode(errors="replace"),
+            exit_code=-1 if outcome.timed_out else code,
+            timed_out=outcome.timed_out,
+            oom_killed=oom,
+            output_truncated=outcome.truncated,
+            wall_time_s=wall,
+            cpu_time_s=slot.cpu_time(),
+            peak_memory_bytes=slot.peak_memory(),
+        )
+
+    async def _server_or_none(self) -> ExecServer | None:
+        """The running exec server, started if need be; None if it cannot start in this sandbox."""
+        if self._server_error is not None:
+            return None
+        try:
+            return await self._server_ready()
+        except ServerStartError as exc:
+            self._server_error = str(exc)
+            return None
+
+    async def _server_ready(self) -> ExecServer:
+        if self._server is not None and self._server.alive:
+            return self._server
+        if self._server is not None:
+            await self._server.stop()  # retired or dead: make sure its namespace is gone and reaped
+        self._server = None
+        # Plain pipes, not asyncio's: Python 3.11's subprocess start, cancelled before its pipes are
+        # connected (a pool closing while it warms), waits forever for them to close.
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        source_r, source_w = os.pipe()
+        errors_r, errors_w = os.pipe()
+        try:
+            proc, status_r = await self._start(
+                [*BOOTSTRAP, str(theirs.fileno())],
+                env=None,
+                cwd=None,
+                stdin=source_r,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=errors_w,
+                server_fd=theirs.fileno(),
+            )
+        except BaseException:
+            ours.close()
+            os.close(source_w)
+            os.close(errors_r)
+            raise
+        finally:
+            theirs.close()
+            os.close(source_r)
+            os.close(errors_w)
+        self._status_fds[proc] = status_r
+        server = ExecServer(proc, ours, kill=lambda: self._kill(proc, reap_init=True))
+        await server.start(source=source_w, errors=errors_r)
+        self._server = server
+        return server
+
+    async def _stop_server(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop()
+
+    async def _exec_in_own_namespaces(
+        self,
+        argv: list[str],
+        stdin: bytes | None,
+        limit: float,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+    ) -> ExecResult:
+        """The command in a bubblewrap of its own: fresh namespaces, torn down when it ends."""
         loop = asyncio.get_running_loop()
         slot = self._slot
         slot.reset_counters()
@@ -207,7 +378,7 @@ class LocalSandbox(Sandbox):
         pipe = asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL
         proc, status_r = await self._start(argv, env=env, cwd=cwd, stdin=pipe)
         assert proc.stdout is not None and proc.stderr is not None
-        out, err = _Capture(self.policy.max_output_bytes), _Capture(self.policy.max_output_bytes)
+        out, err = Capture(self.policy.max_output_bytes), Capture(self.policy.max_output_bytes)
         tasks = [asyncio.create_task(out.read(proc.stdout)), asyncio.create_task(err.read(proc.stderr))]
         if stdin is not None:
             # Fed alongside the wait, not before it: a command that never reads its stdin (or writes
@@ -233,9 +404,9 @@ class LocalSandbox(Sandbox):
                 task.cancel()
             self._children.discard(proc)
             status = read_status(status_r)
-            if killed and isinstance(status.get("child-pid"), int):
+            if killed:
                 # The sandbox's init is reaped only after every process in its pid namespace is gone.
-                await asyncio.shield(reap(status["child-pid"]))
+                await asyncio.shield(self._reap_init(status))
             else:
                 self._reap_later(status)
         wall = loop.time() - started
@@ -245,19 +416,8 @@ class LocalSandbox(Sandbox):
                 f"{err.data.decode(errors='replace').strip()}"
             )
         assert proc.returncode is not None
-        code = -1 if timed_out else proc.returncode
-        oom = slot.oom_kills() > oom_before
-        return ExecResult(
-            stdout=out.data.decode(errors="replace"),
-            stderr=err.data.decode(errors="replace"),
-            exit_code=code,
-            timed_out=timed_out,
-            oom_killed=oom,
-            output_truncated=out.cut or err.cut,
-            wall_time_s=wall,
-            cpu_time_s=slot.cpu_time(),
-            peak_memory_bytes=slot.peak_memory(),
-        )
+        outcome = Outcome(proc.returncode, timed_out, out.data, err.data, out.cut or err.cut)
+        return self._result(outcome, slot.oom_kills() > oom_before, wall)
 
     async def _spawn(
         self, argv: list[str], *, env: Mapping[str, str] | None = None
@@ -269,15 +429,27 @@ class LocalSandbox(Sandbox):
         return proc
 
     def _reap_later(self, status: dict[str, Any]) -> None:
-        pid = status.get("child-pid")
-        if isinstance(pid, int):
-            task = asyncio.create_task(reap(pid))
-            self._reapers.add(task)
-            task.add_done_callback(self._reapers.discard)
+        task = asyncio.create_task(self._reap_init(status))
+        self._reapers.add(task)
+        task.add_done_callback(self._reapers.discard)
 
-    async def _kill(self, proc: asyncio.subprocess.Process) -> None:
+    async def _reap_init(self, status: dict[str, Any]) -> None:
+        """Reap the sandbox init a bwrap reported (`child-pid` in its status) once it dies.
+
+        A bwrap killed before it reported leaves an init we cannot name; any orphaned init of this slot
+        is then reaped: our child (we are the subreaper), of the slot's uid, and pid 1 of its namespace.
+        """
+        init = status.get("child-pid")
+        for pid in (
+            [init] if isinstance(init, int) else await asyncio.to_thread(_orphaned_inits, self._slot.uid)
+        ):
+            await _reap_now(pid)
+
+    async def _kill(self, proc: asyncio.subprocess.Process, *, reap_init: bool = False) -> None:
         """Kill one command's whole tree: bwrap's process group; its pid namespace dies with its init.
 
+        `reap_init` waits until that init is reaped too (so no process of the namespace is left when
+        this returns), rather than reaping it in the background.
         Raises SandboxTimeout if it is not gone within KILL_GRACE_S (a process stuck in the kernel).
         """
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -297,7 +469,11 @@ class LocalSandbox(Sandbox):
             self._children.discard(proc)
             fd = self._status_fds.pop(proc, None)
             if fd is not None:
-                self._reap_later(read_status(fd))
+                status = read_status(fd)
+                if reap_init:
+                    await asyncio.shield(self._reap_init(status))
+                else:
+                    self._reap_later(status)
 
     # -- files ----------------------------------------------------------------------------------------
 
@@ -352,6 +528,7 @@ class LocalSandbox(Sandbox):
 
     async def reset(self) -> None:
         self._check_open()
+        await self._stop_server()  # its namespaces (IPC objects included) go; the next command starts anew
         for proc in list(self._children):
             await self._kill(proc)
         await self._slot.kill_all()
@@ -375,6 +552,7 @@ class LocalSandbox(Sandbox):
 
     async def _close(self) -> None:
         try:
+            await self._stop_server()
             for proc in list(self._children):
                 await self._kill(proc)
             await self._slot.kill_all()
@@ -384,6 +562,29 @@ class LocalSandbox(Sandbox):
                 await asyncio.to_thread(remove_scratch, self._scratch)
             finally:
                 slot_pool().release(self._slot)
+
+    def abandon(self) -> None:
+        """Close without an event loop, when none is left to do it (interpreter exit): SIGKILL what runs
+        and reap it, remove the scratch area, free the slot."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._server is not None:
+                self._server.hang_up()
+            pids = [proc.pid for proc in self._children]
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+            pids += [
+                init
+                for fd in self._status_fds.values()
+                if isinstance(init := read_status(fd).get("child-pid"), int)
+            ]
+            _reap_blocking(pids, time.monotonic() + KILL_GRACE_S)
+            remove_scratch(self._scratch)
+        finally:
+            slot_pool().release(self._slot)
 
     def report(self) -> IsolationReport:
         p, slot = self.policy, self._slot
@@ -430,8 +631,10 @@ class LocalSandbox(Sandbox):
             ),
             "wall_time": Enforcement(
                 enforced=True,
-                how="timeout SIGKILLs bwrap's process group; the pid namespace dies with its init "
-                "(--die-with-parent), so the whole tree goes",
+                how="at a command's end or timeout the sandbox's exec server, its pid 1 (no signal from "
+                "inside reaches it), SIGKILLs and reaps every other process in it; a server that does not "
+                "answer has its bwrap SIGKILLed, and the pid namespace dies with it (--die-with-parent). "
+                "A command in a bwrap of its own: bwrap's process group is SIGKILLed at its timeout",
             ),
             "user": Enforcement(
                 enforced=True,
@@ -461,8 +664,16 @@ class LocalSandbox(Sandbox):
             "bwrap": f"{self._bwrap} {'.'.join(map(str, self._version))}",
             "slot": str(slot.index),
             "uid": str(slot.uid),
+            "exec_server": self._server_state(),
         }
         return IsolationReport(backend=self.backend, policy=p, controls=controls, details=details)
+
+    def _server_state(self) -> str:
+        if self._server_error is not None:
+            return f"unavailable, each command gets a bwrap of its own: {self._server_error}"
+        if self._server is not None and self._server.alive:
+            return "running"
+        return "starts with the next command"
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -472,26 +683,56 @@ class LocalSandbox(Sandbox):
 # -- helpers ------------------------------------------------------------------------------------------
 
 
-class _Capture:
-    """One output stream of a command: the first `cap` bytes, kept even if reading is cut short."""
+def _reap_blocking(pids: list[int], deadline: float) -> None:
+    """Reap these children (bwraps, and sandbox inits whose bwrap is gone) as they die, until `deadline`.
 
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.kept = bytearray()
-        self.cut = False
+    For when no event loop is left: exiting without reaping would hand them, dead, to our own parent.
+    """
+    pending = set(pids)
+    while pending and time.monotonic() < deadline:
+        for pid in list(pending):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # reaped (by asyncio's watcher, by its bwrap), or not ours yet:
+                done = 0 if os.path.exists(f"/proc/{pid}") else pid  # an init whose bwrap is dying
+            if done:
+                pending.discard(pid)
+        if pending:
+            time.sleep(0.005)
 
-    async def read(self, stream: asyncio.StreamReader) -> None:
-        """Read to EOF; bytes past the cap are drained and dropped, so the writer never blocks."""
-        while chunk := await stream.read(65536):
-            room = self.cap - len(self.kept)
-            if room > 0:
-                self.kept += chunk[:room]
-            if len(chunk) > room:
-                self.cut = True
 
-    @property
-    def data(self) -> bytes:
-        return bytes(self.kept)
+def _orphaned_inits(uid: int) -> list[int]:
+    """Our child processes of `uid` that are pid 1 of a namespace: sandbox inits whose bwrap is gone."""
+    me, found = [str(os.getpid())], []
+    for path in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in path.read_text().splitlines() if ":" in line)
+        except OSError:
+            continue  # gone while we looked
+        ppid, uids, nspid = (fields.get(key, "").split() for key in ("PPid", "Uid", "NSpid"))
+        if ppid == me and uids[:1] == [str(uid)] and nspid[1:] == ["1"]:
+            found.append(int(path.parent.name))
+    return found
+
+
+async def _reap_now(pid: int) -> None:
+    """Reap an adopted sandbox init as soon as it dies (a pidfd says when); bounded by KILL_GRACE_S."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # already reaped, or a kernel without pidfds: poll instead
+        await reap(pid)
+        return
+    loop = asyncio.get_running_loop()
+    dead = loop.create_future()
+    loop.add_reader(pidfd, resolve, dead)
+    try:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(dead, KILL_GRACE_S)
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - WNOHANG never blocks
 
 
 async def _feed(pipe: asyncio.StreamWriter, data: str | bytes) -> None:

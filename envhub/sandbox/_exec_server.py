@@ -1,0 +1,313 @@
+"""The exec server's in-sandbox side: pid 1 of a local sandbox, it runs one command at a time for the host.
+
+Read from its stdin by `python3 -I -S -c <bootstrap>`; it imports only C modules of the standard library
+(plus ctypes), since its start-up is on the path of a sandbox's first command. The host talks to it over
+one end of a unix socket pair (fd in argv[1]): a request is a length-prefixed `marshal` of plain values,
+sent with the command's stdout, stderr (and stdin) pipe ends as SCM_RIGHTS; a reply is a length-prefixed
+JSON object. The output never passes through here: the host reads its own ends of those pipes.
+
+Why the code it runs cannot turn it against the host or against another command:
+- It is the pid namespace's init and handles no signal (glibc's two internal ones are set to ignored):
+  the kernel drops every signal sent to an init from inside its namespace unless the init handles it,
+  SIGKILL and SIGSTOP included.
+- It makes itself non-dumpable, so nothing in the sandbox may ptrace it, read or write /proc/1/mem or open
+  its descriptors through /proc/1/fd (the sandbox holds no capability).
+- Commands get their three stdio pipes and nothing else: every other descriptor is close-on-exec.
+- After each command it SIGKILLs every other process of the namespace (kill(-1) spares only the caller)
+  and reaps them all, so nothing one command started is alive when the next one starts.
+- Its own CPU time is capped by the same RLIMIT_CPU as each command (inherited from the launcher); it
+  retires, and the host starts a fresh one, long before reaching it.
+"""
+
+from __future__ import annotations
+
+import _signal  # type: ignore[import-not-found, unused-ignore]
+import _socket
+import _thread
+import ctypes
+import marshal
+import os
+import resource
+import select
+import struct
+import sys
+import time
+
+TYPE_CHECKING = False  # typing itself is a slow import; mypy reads this name as typing's
+if TYPE_CHECKING:
+    from typing import Any
+
+HEADER = struct.Struct("!I")
+RECORD = struct.Struct("ii")
+FD = struct.Struct("i")
+PR_SET_DUMPABLE, PR_GET_DUMPABLE = 4, 3
+RT_SIGACTION = {"x86_64": 13, "aarch64": 134}
+"""rt_sigaction's number per architecture: glibc will not let a program touch its two internal signals."""
+GLIBC_INTERNAL_SIGNALS = (32, 33)
+KILL_GRACE_S = 5.0
+"""How long SIGKILLed processes may take to die before the server gives up (the host then kills it)."""
+MAX_REQUEST = 64 << 20
+DEFAULT_SIGNALS = [s for s in _signal.valid_signals() if s not in (_signal.SIGKILL, _signal.SIGSTOP)]
+NOT_THERE = (FileNotFoundError, NotADirectoryError)
+
+
+def send(sock: _socket.socket, reply: dict[str, object]) -> None:
+    """A reply as JSON; its values are ints, bools and plain strings (`repr` of a str without
+    quotes, backslashes or non-ASCII is valid JSON)."""
+    parts = []
+    for key, value in reply.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int):
+            text = str(value)
+        else:
+            text = '"' + "".join(c if _plain(c) else "?" for c in str(value)) + '"'
+        parts.append(f'"{key}": {text}')
+    data = ("{" + ", ".join(parts) + "}").encode()
+    sock.sendall(HEADER.pack(len(data)) + data)
+
+
+def _plain(c: str) -> bool:
+    return c.isascii() and c.isprintable() and c not in "\"'\\"
+
+
+def receive(sock: _socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """One request and the descriptors sent with it; (None, []) when the host has gone."""
+    room = _socket.CMSG_SPACE(3 * FD.size)
+    data, ancillary, flags, _ = sock.recvmsg(1 << 16, room, _socket.MSG_CMSG_CLOEXEC)
+    fds: list[int] = []
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            usable = len(payload) - len(payload) % FD.size
+            fds += [FD.unpack_from(payload, i)[0] for i in range(0, usable, FD.size)]
+    if flags & _socket.MSG_CTRUNC:
+        raise ValueError("a request came with more descriptors than a command takes")
+    if not data:
+        return None, fds
+    while len(data) < HEADER.size:
+        more = sock.recv(HEADER.size - len(data))
+        if not more:
+            return None, fds
+        data += more
+    (size,) = HEADER.unpack_from(data)
+    if size > MAX_REQUEST:
+        raise ValueError(f"a request of {size} bytes is past the {MAX_REQUEST} byte limit")
+    body = bytearray(data[HEADER.size :])
+    while len(body) < size:
+        more = sock.recv(min(1 << 20, size - len(body)))
+        if not more:
+            return None, fds
+        body += more
+    return marshal.loads(bytes(body)), fds
+
+
+def exit_code(status: int) -> int:
+    """The shell's convention, as bubblewrap reports it: 128+N for a death by signal N."""
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+class Reaper:
+    """Waits for children in a blocking waitpid on a thread of its own, as bwrap's init does: orphans
+    land on pid 1 and are reaped at once, and there is no SIGCHLD handler for the sandbox to wake. Each
+    reaped child becomes one (pid, status) record on a pipe; (0, 0) means none is left, and then the
+    thread waits until `start` is called for the next command."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC)
+        self.go = _thread.allocate_lock()
+        self.go.acquire()
+        _thread.start_new_thread(self.run, ())
+
+    def start(self) -> None:
+        self.go.release()
+
+    def run(self) -> None:
+        while True:
+            self.go.acquire()
+            while True:
+                try:
+                    pid, status = os.waitpid(-1, 0)
+                except ChildProcessError:
+                    os.write(self.write_fd, RECORD.pack(0, 0))
+                    break
+                os.write(self.write_fd, RECORD.pack(pid, status))
+
+
+class Server:
+    def __init__(self, sock: _socket.socket, cpu_budget: float) -> None:
+        self.sock = sock
+        self.cpu_budget = cpu_budget
+        self.devnull = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        self.reaper = Reaper()
+        self.statuses: dict[int, int] = {}
+        self.empty = True
+
+    def collect(self, timeout: float) -> bool:
+        """Take the reaper's records for up to `timeout`; False when the host closed its end."""
+        ready, _, _ = select.select([self.reaper.read_fd, self.sock.fileno()], [], [], max(0.0, timeout))
+        if self.sock.fileno() in ready:
+            return False  # the host sends nothing while a command runs: this is its end closing
+        if ready:
+            data = os.read(self.reaper.read_fd, RECORD.size * 256)  # records are written whole
+            for i in range(0, len(data), RECORD.size):
+                pid, status = RECORD.unpack_from(data, i)
+                if pid == 0:
+                    self.empty = True
+                else:
+                    self.statuses[pid] = status
+        return True
+
+    def run(self, req: dict[str, Any], fds: list[int]) -> dict[str, object]:
+        stdout, stderr = fds[0], fds[1]
+        stdin = fds[2] if len(fds) > 2 else self.devnull
+        deadline = time.monotonic() + req["timeout"]
+        try:
+            main = spawn(req, stdin, stdout, stderr)
+        finally:
+            for fd in fds:
+                os.close(fd)  # the command holds the only copies left: its pipes end with it
+        if main is None:
+            return {"exit_code": 1, "timed_out": False}
+        self.statuses, self.empty = {}, False
+        self.reaper.start()
+        timed_out = False
+        while main not in self.statuses:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            if not self.collect(left):
+                self.kill_all()
+                sys.exit(0)
+        if not self.kill_all():
+            return {"error": f"processes of the command outlived SIGKILL by {KILL_GRACE_S:g} s"}
+        reply: dict[str, object] = {"exit_code": -1, "timed_out": True}
+        if not timed_out:
+            reply = {"exit_code": exit_code(self.statuses[main]), "timed_out": False}
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        if usage.ru_utime + usage.ru_stime > self.cpu_budget:
+            reply["retire"] = True
+        return reply
+
+    def kill_all(self) -> bool:
+        """SIGKILL every process but this one until the reaper says none is left (its last record, so
+        nothing stale reaches the next command); False if some outlive the grace."""
+        end = time.monotonic() + KILL_GRACE_S
+        while not self.empty:
+            try:  # noqa: SIM105 - contextlib would be one more import on the server's start-up path
+                os.kill(-1, _signal.SIGKILL)
+            except ProcessLookupError:  # none alive; the reaper's last records are on their way
+                pass
+            left = end - time.monotonic()
+            if left <= 0 or not self.collect(min(left, 0.05)):
+                return False
+        return True
+
+    def serve(self) -> None:
+        send(self.sock, {"ready": True})
+        while True:
+            req, fds = receive(self.sock)
+            if req is None:
+                return
+            if len(fds) < 2:
+                for fd in fds:
+                    os.close(fd)
+                send(self.sock, {"error": "a request came without its output pipes"})
+                continue
+            try:
+                reply = self.run(req, fds)
+            except OSError as exc:  # the spawn itself refused (EAGAIN at the pids limit), and the like
+                reply = {"error": f"{exc.strerror or exc} ({type(exc).__name__})"}
+            send(self.sock, reply)
+            if reply.get("retire"):
+                return
+
+
+def spawn(req: dict[str, Any], stdin: int, stdout: int, stderr: int) -> int | None:
+    """Start the command as bubblewrap did (own session, default signals, cwd, env, execvp's PATH
+    search); None after writing bubblewrap's own words for a cwd or exec failure to its stderr."""
+    argv, cwd, env = req["argv"], req["cwd"], req["env"]
+    try:
+        os.chdir(cwd)  # the server's own cwd is of no use to it; the command inherits it
+    except OSError as exc:
+        os.write(stderr, f"bwrap: Can't chdir to {cwd}: {os.strerror(exc.errno or 0)}\n".encode())
+        return None
+    env["PWD"] = cwd  # as bwrap's --chdir sets it
+    stdio = [(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate((stdin, stdout, stderr))]
+    error: OSError | None = None
+    for path in candidates(argv[0], env.get("PATH")):
+        try:
+            return start(path, argv, env, stdio)
+        except OSError as exc:
+            if exc.errno == 8:  # ENOEXEC: execvp hands a file without a #! line to the shell
+                return start("/bin/sh", ["/bin/sh", path, *argv[1:]], env, stdio)
+            if not isinstance(exc, (PermissionError, *NOT_THERE)):
+                error = exc
+                break
+            if not isinstance(error, PermissionError):
+                error = exc  # execvp reports EACCES if any candidate gave it, else the last error
+    errno = error.errno if error is not None and error.errno else 2
+    os.write(stderr, f"bwrap: execvp {argv[0]}: {os.strerror(errno)}\n".encode())
+    return None
+
+
+def start(path: str, argv: list[str], env: dict[str, str], stdio: list[tuple[int, int, int]]) -> int:
+    """posix_spawn (a vfork: a fork of this process costs several times more) in a new session, with
+    every signal at its default and none blocked, and the three stdio pipes as its only descriptors."""
+    return os.posix_spawn(
+        path, argv, env, setsid=True, setsigdef=DEFAULT_SIGNALS, setsigmask=(), file_actions=stdio
+    )
+
+
+def candidates(name: str, path: str | None) -> list[str]:
+    """Where execvp would try `name`, less the places that plainly hold no such file."""
+    if "/" in name:
+        return [name]
+    found = []
+    for folder in (path if path is not None else "/bin:/usr/bin").split(":"):
+        full = os.path.join(folder or ".", name)
+        try:
+            os.stat(full)
+        except NOT_THERE:
+            continue
+        except OSError:
+            pass  # let the spawn say what is wrong with it
+        found.append(full)
+    return found
+
+
+def ignore_internal_signals(libc: ctypes.CDLL) -> None:
+    """Ignore glibc's SIGCANCEL and SIGSETXID, the only signals with handlers here: an init with a
+    handler gets the signal from inside its namespace, so the sandbox could wake the server (and spend
+    its CPU time) at will. Nothing here cancels threads or changes ids, which is what they serve."""
+    number = RT_SIGACTION.get(os.uname().machine)
+    if number is None:
+        sys.exit(f"no rt_sigaction number known for {os.uname().machine}")
+    ignore = (ctypes.c_ulong * 4)(1, 0, 0, 0)  # handler SIG_IGN; no flags, restorer or mask
+    for sig in GLIBC_INTERNAL_SIGNALS:
+        if libc.syscall(number, sig, ignore, None, 8) != 0:
+            sys.exit(f"could not ignore signal {sig}: {os.strerror(ctypes.get_errno())}")
+
+
+def main() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+        sys.exit("could not make the exec server non-dumpable")
+    if os.getpid() != 1:
+        sys.exit("the exec server must be the sandbox's pid 1 (bwrap --as-pid-1)")
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)  # an init with a handler could be signalled from inside
+    sock = _socket.socket(fileno=int(sys.argv[1]))
+    sock.setblocking(True)
+    os.set_inheritable(sock.fileno(), False)
+    for fd in (0, 1, 2):
+        os.set_inheritable(fd, False)
+    cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[0]
+    budget = cpu_limit / 2 if cpu_limit != resource.RLIM_INFINITY else float("inf")
+    server = Server(sock, budget)
+    ignore_internal_signals(libc)  # after the reaper thread started: glibc installs them with threads
+    server.serve()
+
+
+main()
