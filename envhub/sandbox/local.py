@@ -37,6 +37,7 @@ from envhub.sandbox.bwrap import (
 )
 from envhub.sandbox.exec_server import BOOTSTRAP, Capture, ExecServer, Outcome, ServerStartError, resolve
 from envhub.sandbox.libc import become_subreaper, reap, umount
+from envhub.sandbox.local_fork import copy_areas
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport, MiB
 from envhub.sandbox.pool import take_spare
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxTimeout
@@ -525,6 +526,18 @@ class LocalSandbox(Sandbox):
         await asyncio.to_thread(download_beneath, where[0], where[1], Path(local_dest), deadline)
 
     # -- lifecycle ------------------------------------------------------------------------------------
+
+    async def fork(self) -> LocalSandbox:
+        """A new sandbox with this policy and a copy of the writable areas (see `local_fork`)."""
+        self._check_open()
+        child = await LocalSandbox.create(self.policy)
+        try:
+            uids = self._slot.uid, child._slot.uid
+            await copy_areas(self._areas, uids[0], child._areas, uids[1], limit_s=self.policy.wall_time_s)
+        except BaseException:
+            await asyncio.shield(child.close())
+            raise
+        return child
 
     async def reset(self) -> None:
         self._check_open()
