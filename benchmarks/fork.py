@@ -89,7 +89,8 @@ async def sandbox_rows(backend: str, iterations: int, repo: Path, payload: bytes
         rows.append(
             [backend, f"sandbox.fork() ({len(payload) >> 20} MiB payload)", ms(fork_s), mib(fork_disk)]
         )
-        rows.append([backend, "open + upload repo", ms(fresh_s), mib(fresh_disk)])
+        fresh_what = f"open + upload repo and {len(payload) >> 20} MiB"
+        rows.append([backend, fresh_what, ms(fresh_s), mib(fresh_disk)])
     finally:
         await parent.close()
     return rows
