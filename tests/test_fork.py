@@ -16,7 +16,7 @@ from envhub.cli import app
 from envhub.core import NotForkable
 from envhub.messages import Message, ToolCall
 from envhub.policies import load_policy
-from envhub.rollout import run_fork_group
+from envhub.rollout import run_fork_group, summarize
 from envhub.store import read_episodes
 from tests.envhub_testkit.leaks import sandbox_footprint
 
@@ -195,6 +195,8 @@ def test_rollout_fork_at_stores_parent_and_fork_turn(tmp_path: Path) -> None:
     ]
     assert all(e.reward == 1.0 for e in episodes if e.parent is not None)
     assert episodes[1].seed == episodes[0].seed != episodes[3].seed
+    summary = summarize(episodes)  # the shared prefixes are not rollouts of their tasks
+    assert (summary.episodes, summary.tasks, summary.rollouts, summary.reward_mean) == (4, 2, 2, 1.0)
 
 
 def test_rollout_fork_at_refuses_an_env_that_cannot_fork(tmp_path: Path) -> None:

@@ -42,6 +42,10 @@ class BatchSummary(BaseModel):
 
 
 def summarize(episodes: list[Episode], *, wall_seconds: float | None = None) -> BatchSummary:
+    """The batch's figures over its finished rollouts: the prefix a fork group shared (`--fork-at`) is
+    stored unfinished, with no reward, and counting it would add a failed rollout to every task."""
+    prefixes = {e.parent for e in episodes if e.parent is not None}
+    episodes = [e for e in episodes if e.episode_id not in prefixes]
     if not episodes:
         raise ValueError("no episodes to summarize")
     rewards = [e.reward for e in episodes]
