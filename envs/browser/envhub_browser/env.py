@@ -53,6 +53,11 @@ class ActionFailed(RuntimeError):
 class WebTasks(envhub.ToolEnv):
     """Web tasks in headless Chromium: observe a screenshot and a text view, act with browser tools."""
 
+    forkable = (
+        "a browser page's DOM, scripts and processes cannot be copied; start each branch with its own reset, "
+        "or replay the shared turns in a fresh episode"
+    )
+
     system_prompt = (
         "You control a web browser to complete a task. Each observation shows the page as a text view, "
         "where interactive elements have ids in brackets like [3], and/or as a screenshot. Act with the "
