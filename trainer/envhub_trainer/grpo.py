@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
 import random
 import shutil
@@ -36,7 +37,7 @@ import torch
 from envhub.records import Episode
 from envhub.rollout import EpisodeRef, RolloutLimits, failed, rollout
 from envhub.rollout.runner import POLICY_SECONDS
-from envhub_trainer import distributed, launch, shares
+from envhub_trainer import distributed, launch, memory, shares
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.engine import RolloutEngine, weights_checksum
 from envhub_trainer.engines import make_engine
@@ -390,6 +391,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
 
     pending: asyncio.Task[RolloutBatch] | None = None
     engine: RolloutEngine | None = None
+    step_thread = memory.step_thread()  # every step on one thread: its freed memory is reused
     followers_wait = distributed.world_size() > 1  # in `follow`, for the next share
     try:  # whatever fails on rank 0 from here, the others are told to stop (unless mid-step with it)
         engine = make_engine(config, source)
@@ -426,6 +428,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
             rows_eval = await evaluate(config, engine, run, step)
             run.log("metrics.jsonl", EvalMetrics(step=0, eval_reward=rows_eval, version=version).row())
         while step < config.steps:
+            memory.reset_peak_rss()  # the step's peak RSS starts here (rollout, training, sync)
             waited = time.perf_counter()
             batch = await (pending or start_rollout())
             waited = time.perf_counter() - waited
@@ -444,15 +447,18 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
             )
             started = time.perf_counter()
             followers_wait = False
-            trained = await asyncio.to_thread(
-                lead_step,
-                model,
-                optimiser,
-                data.samples,
-                config,
-                ref_model=ref_model,
-                pad_id=pad_id,
-                checkpoint=checkpoint,
+            trained = await asyncio.get_running_loop().run_in_executor(
+                step_thread,
+                functools.partial(
+                    lead_step,
+                    model,
+                    optimiser,
+                    data.samples,
+                    config,
+                    ref_model=ref_model,
+                    pad_id=pad_id,
+                    checkpoint=checkpoint,
+                ),
             )
             followers_wait = distributed.world_size() > 1
             weights = trained.weights
@@ -509,6 +515,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
             }
             if config.eval_every and step % config.eval_every == 0:
                 figures["eval_reward"] = await evaluate(config, engine, run, step)
+            figures["peak_rss_gib"] = memory.peak_rss_bytes() / memory.GIB
             row = StepMetrics.model_validate(figures).row()  # the type the report and plots read
             rows.append(row)
             run.log("metrics.jsonl", row)
@@ -545,6 +552,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
             pending.cancel()
         if engine is not None:
             engine.close()  # a server process, Ray actors: stopped on success and on error alike
+        step_thread.shutdown(wait=False)
         if run.tensorboard is not None:
             run.tensorboard.close()
     return rows

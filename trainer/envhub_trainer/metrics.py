@@ -67,6 +67,9 @@ class StepMetrics(BaseModel):
     train_tokens_per_second: float
     eval_reward: float | None = None
     """The held-out reward, on the steps `eval_every` names."""
+    peak_rss_gib: float | None = None
+    """The trainer process's peak resident memory during the step (rollout, training, sync), in GiB:
+    flat from step to step in a healthy run (`envhub_trainer.memory`). None in runs written before it."""
 
     def row(self) -> dict[str, Any]:
         """The line as written to metrics.jsonl, passed to `on_step` and returned by `train`."""

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from envhub_trainer.metrics import read_metrics, steps
+from envhub_trainer.metrics import StepMetrics, read_metrics, steps
 
 
 def _samples(path: Path) -> list[dict[str, Any]]:
@@ -64,6 +64,20 @@ def _svg_chart(title: str, series: dict[str, list[tuple[float, float]]], width: 
         f'<text x="{width - pad}" y="{height - 8}" font-size="11">step {x1:.0f}</text>'
         f"{''.join(lines)}</svg>"
     )
+
+
+def _memory_summary(trained: list[StepMetrics]) -> str:
+    """The run's peak RSS and how far the last step's stands above the first's: growth from step to
+    step is a leak to look into (a long run would end out of memory)."""
+    recorded = [(r.step, r.peak_rss_gib) for r in trained if r.peak_rss_gib is not None]
+    if not recorded:
+        return "Peak RSS: not recorded by this run."
+    step, top = max(recorded, key=lambda pair: pair[1])
+    (first_step, first), (last_step, last) = recorded[0], recorded[-1]
+    change = (
+        f"; step {last_step} {last - first:+.2f} GiB against step {first_step}" if len(recorded) > 1 else ""
+    )
+    return f"Peak RSS: {top:.2f} GiB at step {step}{change}."
 
 
 def write_report(run_dir: Path, out: Path | None = None) -> Path:
@@ -144,6 +158,13 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
             },
         )
     }
+{
+        _svg_chart(
+            "Memory (GiB)",
+            {"peak RSS of the step": _curve((r.step, r.peak_rss_gib) for r in trained)},
+        )
+    }
+<p>{_memory_summary(trained)}</p>
 <h3>Where the time went</h3><table>{breakdown}</table>
 <p>Waiting for rollouts (async runs overlap them with training): {totals["rollout_wait_seconds"]:.1f} s</p>
 <h3>Sample episodes (latest 20)</h3>{"".join(episodes) or "<p>none yet</p>"}

@@ -121,10 +121,10 @@ def test_ray_run_is_the_one_process_run_played_by_actors(
     differ in the last bits.)"""
     local = train(config(tiny_model, tmp_path / "local"))
     remote = train(config(tiny_model, tmp_path / "ray", ray=True))
-    timing = {k for k in local[0] if k.endswith(("_seconds", "_per_second"))}
+    measured = {k for k in local[0] if k.endswith(("_seconds", "_per_second", "_gib"))}  # time, memory
     assert [sorted(r) for r in remote] == [sorted(r) for r in local]
-    assert [{k: v for k, v in r.items() if k not in timing} for r in remote] == [
-        {k: v for k, v in r.items() if k not in timing} for r in local
+    assert [{k: v for k, v in r.items() if k not in measured} for r in remote] == [
+        {k: v for k, v in r.items() if k not in measured} for r in local
     ]  # rewards, losses and (verify_sync checked them against the trainer's) the engine's weights
     assert len({r["reward_mean"] for r in remote}) > 1  # sampling happened: equal means something
     assert all(r["samples"] == 8 and r["episode_errors"] == 0 for r in remote)
