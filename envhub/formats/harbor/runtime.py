@@ -300,9 +300,15 @@ def _open_up(root: Path) -> None:
 
 
 def _replace_tree(source: Path, target: Path) -> None:
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(source, target, symlinks=False)
+    """Fill the bound folder in place: the sandbox's bind (in the mount namespace its exec server keeps
+    for the sandbox's life) holds this directory itself, so a new one at the same path is never seen."""
+    target.mkdir(mode=0o755, exist_ok=True)
+    for entry in target.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    shutil.copytree(source, target, symlinks=False, dirs_exist_ok=True)
     _open_up(target)
     (target / "test.sh").chmod(0o755)
 
