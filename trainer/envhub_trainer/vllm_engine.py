@@ -7,6 +7,12 @@ group's shared prompt and an episode's earlier turns reuse their KV cache; `metr
 rate since the last call. Weights are synced with `collective_rpc("reload_weights", weights_iterator=...)`
 and the prefix cache is then emptied (its KV was computed by the old weights); a sync that does not
 finish within `sync_timeout` seconds raises instead of letting the run continue on old weights.
+
+On CPU the KV cache is sized from the batch (`kv_cache_blocks`), not a fixed reservation: vLLM fills the
+whole cache with zeros at start-up, so every reserved byte is resident for the whole run (the old 1 GiB
+held 22,000 tokens of SmolLM2-135M in float32, for a step that needs 2,600). A batch that needs more
+still completes: vLLM holds back or preempts requests until blocks free up, only slower, and `metrics()`
+counts the preemptions so a cache that is too small shows in the run's metrics.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import copy
+import logging
+import math
 import os
 import threading
 from pathlib import Path
@@ -29,6 +37,8 @@ from envhub.policies.base import EpisodeTokens, Generation, Policy
 from envhub.text_format import parse_assistant_text
 from envhub.tools import ToolSpec
 from envhub_trainer.engine import InProcessEngine, weights_checksum
+
+log = logging.getLogger(__name__)
 
 
 class WeightSyncError(RuntimeError):
@@ -58,6 +68,30 @@ class VLLMPolicy(Policy):
         return Generation(message=parse_assistant_text(text), tokens=trace, model=self.engine.model_dir.name)
 
 
+def kv_cache_blocks(
+    *, batch_size: int, prompt_tokens: int, max_new_tokens: int, max_model_len: int, block_size: int
+) -> int:
+    """KV blocks for one generation call: `batch_size` sequences of `prompt_tokens + max_new_tokens`,
+    each rounded up to whole blocks, and never fewer than one `max_model_len` sequence needs (vLLM refuses
+    to start otherwise), plus the block vLLM keeps back as its null block."""
+    per_sequence = math.ceil(min(prompt_tokens + max_new_tokens, max_model_len) / block_size)
+    longest = math.ceil(max_model_len / block_size)
+    return max(batch_size * per_sequence, longest) + 1
+
+
+def kv_bytes_per_token(model_dir: Path, dtype: str) -> int:
+    """Keys and values of every layer for one token, from the model's config (the size vLLM logs)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    text = getattr(config, "text_config", None) or config
+    heads = int(text.num_attention_heads)
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+    element = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    return 2 * int(text.num_hidden_layers) * kv_heads * head_dim * element
+
+
 class VLLMEngine(InProcessEngine):
     """`vllm.LLM` in this process on a copy of the model; `sync` reloads it with the trainer's weights."""
 
@@ -75,9 +109,11 @@ class VLLMEngine(InProcessEngine):
         batch_size: int = 64,
         max_wait: float = 0.005,
         block_size: int = 32,
+        prompt_tokens: int = 256,
     ) -> None:
+        """`prompt_tokens`: the prompt length the CPU KV cache is sized for (see `kv_cache_blocks`);
+        VLLM_CPU_KVCACHE_SPACE (GiB), when set, sizes it instead."""
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         # vLLM drops torch to one thread for serving unless OMP_NUM_THREADS is set; in this process the
         # trainer's forward and backward passes share those threads, so keep them all.
         os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
@@ -90,6 +126,22 @@ class VLLMEngine(InProcessEngine):
         self.model_dir = Path(model_dir)
         self.max_new_tokens, self.temperature, self.seed = max_new_tokens, temperature, seed
         self.chat_template, self.sync_timeout = chat_template, sync_timeout
+        self.kv_cache_tokens: int | None = None
+        """Tokens the KV cache holds, when this engine sized it (CPU, VLLM_CPU_KVCACHE_SPACE unset)."""
+        sizing: dict[str, int] = {}
+        if _on_cpu() and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            blocks = kv_cache_blocks(
+                batch_size=batch_size,
+                prompt_tokens=prompt_tokens,
+                max_new_tokens=max_new_tokens,
+                max_model_len=max_model_len,
+                block_size=block_size,
+            )
+            self.kv_cache_tokens = blocks * block_size
+            sizing = {
+                "num_gpu_blocks_override": blocks,  # exact, whatever vLLM's per-block layout
+                "kv_cache_memory_bytes": self.kv_cache_tokens * kv_bytes_per_token(self.model_dir, dtype),
+            }
         self.llm = LLM(
             model=str(self.model_dir),
             dtype=dtype,
@@ -99,6 +151,7 @@ class VLLMEngine(InProcessEngine):
             enable_prefix_caching=True,
             block_size=block_size,  # the unit of prefix reuse: vLLM's CPU default of 128 rarely fills
             disable_log_stats=False,  # keeps the prefix-cache counters that `metrics()` reads
+            **sizing,
         )
         self.tokenizer: Any = self.llm.get_tokenizer()
         self._lock = threading.Lock()  # one generate or reload at a time
@@ -106,7 +159,11 @@ class VLLMEngine(InProcessEngine):
         self.generate_calls = 0
         self._asked: dict[tuple[float, int], int] = {}
         self._cache_counts = (0, 0)
+        self._preemptions = 0
         self._failed_sync: str | None = None
+        # vLLM's work (generation and weight reloads) on one thread of its own: run on whichever thread
+        # called, each call's freed buffers stayed in that thread's malloc arena (envhub_trainer.memory).
+        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-engine")
         self.batcher: MicroBatcher[list[int], float, tuple[list[int], list[float], bool]] = MicroBatcher(
             self.generate_ids, batch_size=batch_size, max_wait=max_wait
         )
@@ -141,7 +198,8 @@ class VLLMEngine(InProcessEngine):
                 )
                 for prompt in prompts
             ]
-            outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+            requests = [{"prompt_token_ids": p} for p in prompts]
+            outputs = self._thread.submit(self.llm.generate, requests, params, use_tqdm=False).result()
         results = []
         for output in outputs:
             sample = output.outputs[0]
@@ -168,32 +226,29 @@ class VLLMEngine(InProcessEngine):
     def sync(self, state: dict[str, torch.Tensor], version: int) -> None:
         """Push the trainer's weights into vLLM; raises WeightSyncError if that fails or times out."""
         weights = [(name, tensor.detach().to("cpu")) for name, tensor in state.items()]
-        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        try:
-            with self._lock:
-                self._check_usable()
-                future = pool.submit(
-                    self.llm.collective_rpc, "reload_weights", kwargs={"weights_iterator": weights}
-                )
-                try:
-                    future.result(timeout=self.sync_timeout)
-                except concurrent.futures.TimeoutError as exc:
-                    self._failed_sync = f"the sync to version {version} timed out"
-                    raise WeightSyncError(
-                        f"vLLM did not load weights version {version} within {self.sync_timeout} s; it may "
-                        "hold a mix of old and new weights: stop the run (or raise sync_timeout)"
-                    ) from exc
-                except Exception as exc:
-                    self._failed_sync = f"the sync to version {version} failed"
-                    raise WeightSyncError(f"vLLM failed to load weights version {version}: {exc}") from exc
-                self.llm.reset_prefix_cache()  # cached KV was computed by the previous weights
-                self._asked.clear()  # seeds now derive from the new version
-        finally:
-            pool.shutdown(wait=False)
+        with self._lock:
+            self._check_usable()
+            future = self._thread.submit(
+                self.llm.collective_rpc, "reload_weights", kwargs={"weights_iterator": weights}
+            )
+            try:
+                future.result(timeout=self.sync_timeout)
+            except concurrent.futures.TimeoutError as exc:
+                self._failed_sync = f"the sync to version {version} timed out"
+                raise WeightSyncError(
+                    f"vLLM did not load weights version {version} within {self.sync_timeout} s; it may "
+                    "hold a mix of old and new weights: stop the run (or raise sync_timeout)"
+                ) from exc
+            except Exception as exc:
+                self._failed_sync = f"the sync to version {version} failed"
+                raise WeightSyncError(f"vLLM failed to load weights version {version}: {exc}") from exc
+            self.llm.reset_prefix_cache()  # cached KV was computed by the previous weights
+            self._asked.clear()  # seeds now derive from the new version
         self.version = version
 
     def close(self) -> None:
-        """Nothing to stop: vLLM runs in this process and is freed with the engine."""
+        """vLLM runs in this process and is freed with the engine; only its thread is let go."""
+        self._thread.shutdown(wait=False)
 
     def _check_usable(self) -> None:
         """After a failed sync vLLM may hold a mix of weights (and a reload may still be running)."""
@@ -203,19 +258,32 @@ class VLLMEngine(InProcessEngine):
             )
 
     def metrics(self) -> dict[str, float]:
-        """Prefix-cache hit rate (cached prompt tokens / prompt tokens looked up) since the last call."""
-        totals = {"vllm:prefix_cache_queries": 0, "vllm:prefix_cache_hits": 0}
+        """Since the last call: the prefix-cache hit rate (cached prompt tokens / prompt tokens looked
+        up), and how often a full KV cache made vLLM preempt a request (it is recomputed later: the
+        results stay right, the batch gets slower; a steady count says the cache is sized too small)."""
+        totals = {"vllm:prefix_cache_queries": 0, "vllm:prefix_cache_hits": 0, "vllm:num_preemptions": 0}
         with self._lock:
             snapshot = self.llm.get_metrics()
         for metric in snapshot:
             if metric.name in totals:
-                totals[metric.name] += int(metric.value)
+                totals[metric.name] += int(getattr(metric, "value", 0))
         queries, hits = totals["vllm:prefix_cache_queries"], totals["vllm:prefix_cache_hits"]
         looked_up, reused = queries - self._cache_counts[0], hits - self._cache_counts[1]
         self._cache_counts = (queries, hits)
+        preempted = max(totals["vllm:num_preemptions"] - self._preemptions, 0)  # a new engine resets them
+        self._preemptions = totals["vllm:num_preemptions"]
+        if preempted and self.kv_cache_tokens is not None:
+            log.warning(
+                "vLLM preempted %d requests: its KV cache of %d tokens is too small for a generation "
+                "batch (results stay right, generation is slower); size it for longer prompts "
+                "(VLLMEngine prompt_tokens) or set VLLM_CPU_KVCACHE_SPACE to a size in GiB",
+                preempted,
+                self.kv_cache_tokens,
+            )
         return {
             "prefix_cache_hit_rate": reused / looked_up if looked_up else 0.0,
             "prefix_cache_tokens": float(reused),
+            "kv_cache_preemptions": float(preempted),
         }
 
     def checksum(self) -> str:
@@ -223,6 +291,13 @@ class VLLMEngine(InProcessEngine):
         with self._lock:
             [state] = self.llm.collective_rpc(_worker_state)
         return weights_checksum(state)
+
+
+def _on_cpu() -> bool:
+    """vLLM's platform here (its CPU build): where the KV cache is ours to size."""
+    from vllm.platforms import current_platform  # type: ignore[import-not-found,unused-ignore]
+
+    return bool(current_platform.is_cpu())
 
 
 def _worker_state(worker: Any) -> dict[str, torch.Tensor]:
