@@ -2,6 +2,11 @@
 
 Each row runs the same work through a plain `asyncio` subprocess (the baseline), the local backend and,
 when an engine and the image are present, the docker backend. Medians (p50) of `iterations` runs.
+
+A cold start is measured three ways, since the local backend keeps a started spare for the default
+policy: back to back (the next open comes before a spare can be ready), with a spare ready (the wait for
+it is not timed: what an episode sees when episodes start slower than spares are made), and with a
+policy of the sandbox's own (no spare: the exec server starts with the first command).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from rich.text import Text
 
 import envhub.sandbox as sandbox
 from envhub.sandbox.policy import IsolationPolicy
+from envhub.sandbox.pool import spare_count, spares_idle
 
 PY = "/usr/bin/python3"
 Timed = Callable[[], Awaitable[None]]
@@ -35,9 +41,12 @@ class Row:
     values: dict[str, float | None] = field(default_factory=dict)
 
 
-async def _p50_ms(fn: Timed, n: int) -> float:
+async def _p50_ms(fn: Timed, n: int, *, untimed: Timed | None = None) -> float:
+    """The median of `n` runs of `fn`; `untimed` runs before each, off the clock."""
     samples = []
     for _ in range(n):
+        if untimed is not None:
+            await untimed()
         start = time.perf_counter()
         await fn()
         samples.append(time.perf_counter() - start)
@@ -89,10 +98,20 @@ async def _plain_worker_p50(n: int) -> float:
         await proc.wait()
 
 
+async def _spare_ready() -> None:
+    """Wait until this loop's spare local sandbox has started, so that the next open takes it."""
+    if spare_count() == 0:
+        return  # spares are off (ENVHUB_SANDBOX_SPARES=0): every open starts a sandbox
+    async with asyncio.timeout(60):
+        while spares_idle() < 1:  # noqa: ASYNC110 - the spares have no event to wait on
+            await asyncio.sleep(0.005)
+
+
 async def _backend_rows(backend: str, n: int, image: str | None) -> dict[str, float | None]:
     policy = IsolationPolicy()
+    own = IsolationPolicy(memory_mb=384)  # any policy but the default: no spare is kept for it
 
-    async def cold() -> None:
+    async def cold(policy: IsolationPolicy = policy) -> None:
         async with sandbox.open(backend, policy=policy, image=image) as sb:  # type: ignore[arg-type]
             await sb.exec([PY if backend == "local" else "python3", "-c", "pass"])
 
@@ -102,6 +121,8 @@ async def _backend_rows(backend: str, n: int, image: str | None) -> dict[str, fl
 
     out: dict[str, float | None] = {}
     out["cold"] = await _p50_ms(cold, n)
+    out["ready"] = await _p50_ms(cold, n, untimed=_spare_ready) if backend == "local" else None
+    out["own"] = await _p50_ms(lambda: cold(own), n)
     async with sandbox.open(backend, policy=policy, image=image) as sb:  # type: ignore[arg-type]
         python = PY if backend == "local" else "python3"
         out["warm"] = await _p50_ms(lambda: _discard(sb.exec([python, "-c", "pass"])), n)
@@ -123,8 +144,11 @@ async def _discard(aw: Awaitable[object]) -> None:
 
 async def measure(iterations: int = 50, *, docker: bool | None = None, image: str | None = None) -> list[Row]:
     """Run every comparison; `docker=None` includes Docker when an engine and the image are present."""
+    plain_python = await _p50_ms(lambda: _subprocess(PY, "-c", "pass"), iterations)
     base: dict[str, float | None] = {
-        "cold": await _p50_ms(lambda: _subprocess(PY, "-c", "pass"), iterations),
+        "cold": plain_python,
+        "ready": plain_python,
+        "own": plain_python,
         "warm": await _p50_ms(lambda: _subprocess(PY, "-c", "pass"), iterations),
         "true": await _p50_ms(lambda: _subprocess("true"), iterations),
         "worker": await _plain_worker_p50(max(iterations, 200)),
@@ -138,7 +162,9 @@ async def measure(iterations: int = 50, *, docker: bool | None = None, image: st
             if docker:
                 raise
     labels = {
-        "cold": ("cold start", "cold start + `python -c pass` + close, p50", "ms"),
+        "cold": ("cold start", "open + `python -c pass` + close, back to back, p50", "ms"),
+        "ready": ("ready start", "the same, with a started spare ready (local only), p50", "ms"),
+        "own": ("own policy", "the same, with a policy of its own (no spare), p50", "ms"),
         "warm": ("python", "`python -c pass` in an open sandbox, p50", "ms"),
         "true": ("exec", "`true` in an open sandbox (exec overhead), p50", "ms"),
         "worker": ("worker call", "persistent worker `run('pass')` round trip, p50", "ms"),

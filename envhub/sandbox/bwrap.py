@@ -76,14 +76,19 @@ async def bwrap_info() -> tuple[str, tuple[int, ...]]:
 
 def read_status(fd: int) -> dict[str, Any]:
     """bwrap's --json-status-fd lines merged; read after exit, when the writer is closed."""
-    data = b""
     try:
-        os.set_blocking(fd, False)
-        with contextlib.suppress(BlockingIOError):
-            while chunk := os.read(fd, 65536):
-                data += chunk
+        return read_status_so_far(fd)
     finally:
         os.close(fd)
+
+
+def read_status_so_far(fd: int) -> dict[str, Any]:
+    """The --json-status-fd lines bwrap has written so far (its `child-pid` once the sandbox runs)."""
+    data = b""
+    os.set_blocking(fd, False)
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 65536):
+            data += chunk
     status: dict[str, Any] = {}
     for line in data.decode(errors="replace").splitlines():
         with contextlib.suppress(json.JSONDecodeError):

@@ -34,6 +34,7 @@ from envhub.sandbox.bwrap import (
     SYSTEM_DIRS,
     bwrap_info,
     read_status,
+    read_status_so_far,
 )
 from envhub.sandbox.exec_server import BOOTSTRAP, Capture, ExecServer, Outcome, ServerStartError, resolve
 from envhub.sandbox.libc import become_subreaper, reap, umount
@@ -73,6 +74,8 @@ class LocalSandbox(Sandbox):
         self._areas = {policy.workdir: scratch / "work", "/tmp": scratch / "tmp", "/dev/shm": scratch / "shm"}
         self._children: set[asyncio.subprocess.Process] = set()
         self._status_fds: dict[asyncio.subprocess.Process, int] = {}
+        self._inits: dict[asyncio.subprocess.Process, int] = {}
+        """Host pids of sandbox inits known while they run (the exec server's), to kill them directly."""
         self._reapers: set[asyncio.Task[None]] = set()
         self._server: ExecServer | None = None
         self._server_lock = asyncio.Lock()
@@ -354,6 +357,9 @@ class LocalSandbox(Sandbox):
         self._status_fds[proc] = status_r
         server = ExecServer(proc, ours, kill=lambda: self._kill(proc, reap_init=True))
         await server.start(source=source_w, errors=errors_r)
+        init = read_status_so_far(status_r).get("child-pid")
+        if isinstance(init, int):
+            self._inits[proc] = init
         self._server = server
         return server
 
@@ -453,10 +459,17 @@ class LocalSandbox(Sandbox):
         this returns), rather than reaping it in the background.
         Raises SandboxTimeout if it is not gone within KILL_GRACE_S (a process stuck in the kernel).
         """
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        init = self._inits.pop(proc, None)
+        if init is not None:  # at once, rather than when bwrap's death reaches it (--die-with-parent)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(init, signal.SIGKILL)
+        try:
             os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        except ProcessLookupError:
+            pass  # the group is gone; asyncio's watcher reaps bwrap (Popen.kill would steal that)
+        except PermissionError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
         if proc.stdin is not None and not proc.stdin.transport.is_closing():
             proc.stdin.transport.abort()  # nobody is left to read what is still queued for it
         try:
@@ -471,6 +484,8 @@ class LocalSandbox(Sandbox):
             fd = self._status_fds.pop(proc, None)
             if fd is not None:
                 status = read_status(fd)
+                if init is not None:
+                    status.setdefault("child-pid", init)  # its line was read while it ran
                 if reap_init:
                     await asyncio.shield(self._reap_init(status))
                 else:
@@ -589,11 +604,10 @@ class LocalSandbox(Sandbox):
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
-            pids += [
-                init
-                for fd in self._status_fds.values()
-                if isinstance(init := read_status(fd).get("child-pid"), int)
-            ]
+            for proc, fd in self._status_fds.items():
+                init = self._inits.get(proc, read_status(fd).get("child-pid"))
+                if isinstance(init, int):
+                    pids.append(init)
             _reap_blocking(pids, time.monotonic() + KILL_GRACE_S)
             remove_scratch(self._scratch)
         finally:
