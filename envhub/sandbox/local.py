@@ -640,7 +640,7 @@ class LocalSandbox(Sandbox):
             "memory": Enforcement(
                 enforced=cg,
                 how=f"cgroup v1 memory.limit_in_bytes={p.memory_mb} MiB (+memsw) for the whole tree, "
-                "tmpfs pages included; RLIMIT_AS backstop"
+                "tmpfs pages and the exec server's own (about 4 MiB) included; RLIMIT_AS backstop"
                 if cg
                 else "RLIMIT_AS per process only (no writable cgroup v1 memory controller)",
             ),

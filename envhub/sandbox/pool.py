@@ -101,7 +101,8 @@ class SandboxPool:
 
     def _refill(self) -> None:
         """Warm a replacement in the background; failures are logged and kept in `last_error`."""
-        if self._closed or self._idle.qsize() + len(self._background) >= self.warm:
+        warming = sum(not task.done() for task in self._background)  # a finished one leaves the set later
+        if self._closed or self._idle.qsize() + warming >= self.warm:
             return
 
         async def refill() -> None:

@@ -115,3 +115,16 @@ def test_spares_leave_nothing_when_the_program_ends(run: str) -> None:
     assert pid.isdigit()
     assert not list(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}{pid}-*"))
     assert f"{SCRATCH_PREFIX}{pid}-" not in Path("/proc/self/mounts").read_text()
+
+
+async def test_a_replacement_warms_even_when_the_last_one_is_taken_the_moment_it_is_ready() -> None:
+    """Taken in the same loop turn as its warming task ended (whose bookkeeping comes a turn later),
+    a spare must still be replaced: waiting on `idle` with sleep(0) takes it exactly then."""
+    async with SandboxPool(warm=1) as pool:
+        for _ in range(4):
+            taken = pool.take_idle()
+            assert taken is not None
+            await taken.close()
+            async with asyncio.timeout(60):
+                while pool.idle < 1:  # noqa: ASYNC110 - the pool has no event to wait on
+                    await asyncio.sleep(0)
