@@ -19,8 +19,8 @@ import pandas as pd
 import pytest
 from envhub_trainer.models import smollm2_dir
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
-from transformers.utils import get_json_schema
-from trl import GRPOConfig, GRPOTrainer
+from transformers.utils import get_json_schema  # type: ignore[attr-defined]
+from trl import GRPOConfig, GRPOTrainer  # type: ignore[attr-defined]
 from trl.chat_template_utils import qwen2_5_chat_template
 
 import envhub
@@ -44,7 +44,7 @@ class Survey(envhub.ToolEnv):
         return "Fill in the survey."
 
     @envhub.tool
-    def answer(
+    def fill(
         self,
         rating: int,
         mood: str = "calm",
@@ -228,7 +228,7 @@ def scripted_biases(tokenizer: PreTrainedTokenizerBase, factory: type[Any]) -> l
         result = run(env.step(call)).observation[0].text
         answer = int(str(env.reference_action([*messages, call, *[Message(role="tool", content=result)]])))
         said = {"name": call.tool_calls[0].name, "arguments": json.loads(call.tool_calls[0].arguments)}
-        chat = [{"role": m.role, "content": m.text} for m in messages]
+        chat: list[dict[str, Any]] = [{"role": m.role, "content": m.text} for m in messages]
         entries += _forced(tokenizer, tools, chat, f"<tool_call>\n{json.dumps(said)}\n</tool_call>")
         chat += [
             {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": said}]},
