@@ -10,6 +10,7 @@ Backends: `local` (bubblewrap, the embedded default), `docker` (the `docker` ext
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 from types import TracebackType
 from typing import Any
@@ -19,6 +20,7 @@ from envhub.sandbox.base import Command, Sandbox
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport
 from envhub.sandbox.pool import SandboxPool
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
+from envhub.sandbox.spares import take_spare
 from envhub.sandbox.worker import PythonWorker
 
 __all__ = [
@@ -46,10 +48,10 @@ class _Opening:
         self._sandbox: Sandbox | None = None
 
     def __await__(self) -> Generator[Any, None, Sandbox]:
-        return create(*self._args).__await__()
+        return _open(*self._args).__await__()
 
     async def __aenter__(self) -> Sandbox:
-        self._sandbox = await create(*self._args)
+        self._sandbox = await _open(*self._args)
         return self._sandbox
 
     async def __aexit__(
@@ -74,3 +76,18 @@ def open(
     Fails with SandboxUnavailable (saying what to install) rather than ever running code unsandboxed.
     """
     return _Opening(backend, policy or IsolationPolicy(), image, options)
+
+
+async def _open(
+    backend: Backend, policy: IsolationPolicy, image: str | None, options: dict[str, Any]
+) -> Sandbox:
+    """A started spare when the local backend is asked for with the default policy (`spare=False` opts
+    out; a pool's own `start_server` never takes one), else a new sandbox from the backend."""
+    options = dict(options)
+    spare = options.pop("spare", True)
+    local = backend == "local" or (backend == "auto" and not os.environ.get("E2B_API_KEY"))
+    if local and spare and image is None and not options.get("start_server"):
+        taken = await take_spare(policy)
+        if taken is not None:
+            return taken
+    return await create(backend, policy, image, options)

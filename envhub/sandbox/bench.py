@@ -25,7 +25,7 @@ from rich.text import Text
 
 import envhub.sandbox as sandbox
 from envhub.sandbox.policy import IsolationPolicy
-from envhub.sandbox.pool import spare_count, spares_idle
+from envhub.sandbox.spares import spare_count, spares_idle
 
 PY = "/usr/bin/python3"
 Timed = Callable[[], Awaitable[None]]

@@ -40,7 +40,6 @@ from envhub.sandbox.exec_server import BOOTSTRAP, Capture, ExecServer, Outcome, 
 from envhub.sandbox.libc import become_subreaper, reap, umount
 from envhub.sandbox.local_fork import copy_areas
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport, MiB
-from envhub.sandbox.pool import take_spare
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxTimeout
 from envhub.sandbox.safe_files import download_beneath, read_beneath, upload_beneath, write_beneath
 from envhub.sandbox.scratch import (
@@ -83,17 +82,10 @@ class LocalSandbox(Sandbox):
         """Why this sandbox's exec server could not start; its commands then each get a bwrap."""
 
     @classmethod
-    async def create(
-        cls, policy: IsolationPolicy, *, spare: bool = True, start_server: bool = False
-    ) -> LocalSandbox:
-        """A new sandbox, or a spare one already started (`spare`, the default policy only: see
-        `envhub.sandbox.pool.take_spare`). `start_server` starts the exec server now rather than with
-        the first command: what pools do, so that their sandboxes are ready to run."""
-        if spare and not start_server:
-            taken = await take_spare(policy)
-            if taken is not None:
-                assert isinstance(taken, LocalSandbox)
-                return taken
+    async def create(cls, policy: IsolationPolicy, *, start_server: bool = False) -> LocalSandbox:
+        """A new sandbox (`open("local")` may hand out a started spare instead: envhub.sandbox.spares).
+        `start_server` starts the exec server now rather than with the first command: what pools do, so
+        that their sandboxes are ready to run."""
         sandbox = await cls._new(policy)
         if start_server:
             try:

@@ -7,7 +7,7 @@ task holding a sandbox is cancelled or crashes: the lease's `async with` returns
 and `close()` reaps everything the pool ever handed out.
 
 `envhub.sandbox.open("local")` with the default policy draws on a small pool of this kind of its own
-(`take_spare`): a spare, started ahead with its exec server running, is handed over for good and a
+(`envhub.sandbox.spares`): a spare, started ahead with its exec server running, is handed over for good and a
 replacement is started in the background. A spare has never run anything, and a sandbox handed out is
 never taken back, so nothing of one episode can reach another.
 """
@@ -15,11 +15,8 @@ never taken back, so nothing of one episode can reach another.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import logging
-import os
-import weakref
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Self
@@ -51,7 +48,7 @@ class SandboxPool:
             raise ValueError("need 0 <= warm <= max_sandboxes and max_sandboxes >= 1")
         if backend == "local":
             # Warm means ready to run: the exec server is started with the sandbox, not its first command.
-            options = {"spare": False, "start_server": True, **options}
+            options = {"start_server": True, **options}
         self.warm = warm
         self.backend: Backend = backend
         self.policy = policy or IsolationPolicy()
@@ -223,90 +220,3 @@ class SandboxPool:
         traceback: TracebackType | None,
     ) -> None:
         await self.close()
-
-
-# -- the spares behind envhub.sandbox.open("local") ---------------------------------------------------------
-
-SPARES_ENV = "ENVHUB_SANDBOX_SPARES"
-"""How many started sandboxes `open("local")` keeps ready per event loop for the default policy (default
-1, at most MAX_SPARES); 0 turns them off."""
-MAX_SPARES = 8
-_spares: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SandboxPool] = weakref.WeakKeyDictionary()
-_guards: set[asyncio.Task[None]] = set()
-
-
-def spare_count() -> int:
-    raw = os.environ.get(SPARES_ENV, "1").strip()
-    try:
-        count = int(raw)
-    except ValueError:
-        raise ValueError(
-            f"{SPARES_ENV}={raw!r} is not a whole number; set it to 0 (off) up to {MAX_SPARES}"
-        ) from None
-    return max(0, min(count, MAX_SPARES))
-
-
-async def take_spare(policy: IsolationPolicy) -> Sandbox | None:
-    """A started local sandbox for `policy` if one is ready, else None; either way a replacement starts.
-
-    Only the default policy has spares: a spare is started before anyone asks, so its policy must be
-    known then, and environments that declare their own limits open sandboxes of their own.
-    """
-    if policy != IsolationPolicy():
-        return None
-    count = spare_count()
-    if count == 0:
-        return None
-    return _loop_spares(count).take_idle()
-
-
-def spares_idle() -> int:
-    """How many started spares this event loop has ready for `open("local")` (the benchmark waits on it)."""
-    pool = _spares.get(asyncio.get_running_loop())
-    return 0 if pool is None or pool.closed else pool.idle
-
-
-def _loop_spares(count: int) -> SandboxPool:
-    """This event loop's spares: made on first use, and closed when the loop shuts down (asyncio.run and
-    every asyncio.Runner cancel what is still pending then, which ends the guard task below)."""
-    loop = asyncio.get_running_loop()
-    pool = _spares.get(loop)
-    if pool is not None and not pool.closed:
-        return pool
-    for other, stale in list(_spares.items()):
-        if other.is_closed():  # closed without shutting down its tasks: clean up what it left
-            _abandon(stale)
-            del _spares[other]
-    pool = SandboxPool(warm=count, backend="local", policy=IsolationPolicy(), max_sandboxes=count)
-    _spares[loop] = pool
-    guard = loop.create_task(_guard(pool), name="envhub sandbox spares")
-    _guards.add(guard)
-    guard.add_done_callback(_guards.discard)
-    return pool
-
-
-async def _guard(pool: SandboxPool) -> None:
-    """Wait until cancelled (the loop is shutting down), then close the pool."""
-    try:
-        await asyncio.Event().wait()
-    finally:
-        await pool.close()
-
-
-def _abandon(pool: SandboxPool) -> None:
-    """Free the spares of a pool whose event loop is gone, without one: processes, scratch and slot."""
-    from envhub.sandbox.local import LocalSandbox
-
-    pool._closed = True
-    for sandbox in list(pool._alive):
-        pool._alive.discard(sandbox)
-        if isinstance(sandbox, LocalSandbox):
-            with contextlib.suppress(Exception):  # best effort at exit: the next process sweeps the rest
-                sandbox.abandon()
-
-
-@atexit.register
-def _abandon_all() -> None:
-    for pool in list(_spares.values()):
-        _abandon(pool)
-    _spares.clear()

@@ -14,8 +14,8 @@ import pytest
 import envhub.sandbox as sandbox
 from envhub.sandbox import IsolationPolicy, SandboxPool
 from envhub.sandbox.local import LocalSandbox
-from envhub.sandbox.pool import SPARES_ENV, _spares
 from envhub.sandbox.scratch import SCRATCH_PREFIX
+from envhub.sandbox.spares import SPARES_ENV, _spares
 
 
 async def _spare_ready() -> None:
@@ -84,7 +84,7 @@ async def test_a_pool_hands_over_an_idle_sandbox_for_good() -> None:
 
 _SCRIPT = """
 import asyncio, os, envhub.sandbox as s
-from envhub.sandbox.pool import _spares
+from envhub.sandbox.spares import _spares
 
 async def main():
     async with s.open("local") as sb:
