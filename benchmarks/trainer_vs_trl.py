@@ -181,7 +181,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     """TRL's GRPOTrainer on the same prompts, reward and settings; timed around its generation."""
     from datasets import Dataset
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-    from trl import GRPOConfig, GRPOTrainer  # type: ignore[import-not-found,unused-ignore]
+    from trl import GRPOConfig, GRPOTrainer  # type: ignore[import-not-found,attr-defined,unused-ignore]
 
     envhub.register(ENV_ID, Larger, override=True)
     use_vllm = args.device != "cpu"
@@ -268,7 +268,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     trainer = TimedGRPOTrainer(
         model=str(args.model),
-        reward_funcs=larger_reward,
+        reward_funcs=larger_reward,  # type: ignore[arg-type,unused-ignore]  # TRL awaits async ones
         args=config,
         train_dataset=dataset,
         callbacks=[clock],
