@@ -340,6 +340,7 @@ def follow(model: Any, optimiser: torch.optim.Optimizer, config: TrainConfig, re
     """Every rank but 0: train on the share rank 0 hands out for each step, until it sends a stop."""
     for share in shares.received():
         train_share(model, optimiser, share, config, ref_model)
+        memory.release_free_memory()
 
 
 # ---------------------------------------------------------------- the loop
@@ -470,6 +471,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
                 ),
             )
             followers_wait = distributed.world_size() > 1
+            memory.release_free_memory()  # what the step freed, back to the system (see memory.py)
             weights = trained.weights
             train_seconds = time.perf_counter() - started
             version += 1

@@ -2,21 +2,31 @@
 
 Peak RSS per step: Linux keeps a process's high-water mark (VmHWM) and lets the process reset it
 (`/proc/self/clear_refs`), so each step's peak is read, not guessed from samples. Where the reset is not
-available the figure is the process's peak so far (it still shows growth, though never a fall).
+available the figure is the process's peak so far (it still shows growth, though never a fall). The
+reset is the kernel's one high-water mark: `getrusage`'s ru_maxrss (and so `/usr/bin/time -v`) then
+report the peak since the last step began, not the run's; the run's peak is the largest step's.
 
 Every step runs on one thread (`step_thread`): glibc gives each thread a malloc arena of its own and keeps
 the memory freed in it for that arena's next allocations. Steps handed to whichever thread of a pool was
 idle left each step's activations (1.5 GiB for SmolLM2-135M) behind in another arena, so RSS grew by about
 that much a step (measured: 5.6 GiB after the first step, 12 GiB after six) while the memory in use stayed
 flat. One thread reuses its own freed memory every step.
+
+After each step the pages malloc holds free go back to the system (`release_free_memory`): a step's
+activations differ in shape from the last's, so they do not fit the holes it left exactly, and the arena
+crept up by ~30 MiB a step (6.19 GiB at step 2, 6.33 at step 8); released, peaks stayed at 5.8-5.9 GiB
+and RSS between steps fell from 6.0 to 4.1 GiB, for 0.1 s a step.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
+import functools
 import re
 import resource
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 _STATUS = Path("/proc/self/status")
@@ -48,3 +58,22 @@ def peak_rss_bytes() -> int:
 def step_thread() -> concurrent.futures.ThreadPoolExecutor:
     """One worker thread for every optimiser step of a run (see the module docstring for why one)."""
     return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="envhub-train-step")
+
+
+def release_free_memory() -> bool:
+    """Return the free pages of every malloc arena to the system (glibc's malloc_trim); False where the
+    C library has no such call (musl, macOS), which changes nothing but the RSS between steps."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim  # the C library this process runs on
+    except (OSError, AttributeError):
+        return None
+    return trim

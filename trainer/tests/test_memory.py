@@ -9,6 +9,7 @@ reply) so that growth would show.
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -33,6 +34,27 @@ def test_the_peak_is_measured_and_restarts_where_asked() -> None:
     del block  # a block this large is its own mapping, returned to the system when freed
     assert memory.reset_peak_rss()
     assert memory.peak_rss_bytes() < before + 100 * MIB
+
+
+def test_freed_heap_memory_goes_back_to_the_system() -> None:
+    """Blocks small enough for malloc's heap, each followed by one that stays: freeing the first kind
+    leaves holes malloc keeps (only a free top of the heap is returned by itself) until released."""
+    held: list[bytearray] = []
+    freed: list[bytearray] = []
+    for _ in range(3200):  # 3200 x 64 KiB = 200 MiB, below the 128 KiB at which malloc maps blocks apart
+        freed.append(bytearray(b"\1" * 64 * 1024))  # written, so resident
+        held.append(bytearray(1024))  # over 512 bytes: from malloc too, not Python's own allocator
+    before = rss()
+    freed.clear()
+    kept = rss()
+    assert kept > before - 50 * MIB  # still resident: holes between the held blocks
+    assert memory.release_free_memory(), "malloc_trim is not in this C library"
+    assert rss() < kept - 150 * MIB
+    assert len(held) == 3200
+
+
+def rss() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 class LongDigits(Digits):
