@@ -12,15 +12,18 @@ state never mix. On CPU, TRL generates with Hugging Face `generate`: its vLLM mo
 fails at its first weight sync). On CUDA both generate with vLLM (TRL in colocate mode).
 
 Printed: seconds per step (mean over the steps after the first, and the first), generation and training
-tokens/s, reward per step and peak RSS of both; our steps/s over TRL's against the 1.5x goal; and our
-training time per step against its compute bound (the step's forward+backward FLOPs over the matmul FLOP/s
-of the model's own GEMM shapes, measured in this run) against the 1.3x goal. Every row goes to --out.
+tokens/s, reward and peak RSS per step and peak RSS of both; our steps/s over TRL's against the 1.5x goal;
+our training time per step against its compute bound (the step's forward+backward FLOPs over the matmul
+FLOP/s of the model's own GEMM shapes, measured in this run) against the 1.3x goal; and our peak RSS
+against TRL's plus what building our vLLM engine added (its weights, KV cache and runtime), and whether
+it stays flat from step to step. Every row goes to --out.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -71,6 +74,8 @@ class StepRow:
     """Prompt plus completion tokens of the step's sequences, padding excluded: what is trained on."""
     sequences: int
     reward_mean: float
+    peak_rss_gib: float
+    """The process's peak resident memory since the end of the step before (Linux; else the run's)."""
 
 
 def env_prompt(seed: int) -> list[dict[str, Any]]:
@@ -105,11 +110,44 @@ def peak_rss_gib() -> float:
     return max(own, children) / 2**20  # ru_maxrss is in KiB on Linux
 
 
+def _status_gib(field: str) -> float | None:
+    """A memory line of /proc/self/status (VmRSS, VmHWM) in GiB; None off Linux."""
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return None
+    kib = next((int(line.split()[1]) for line in lines if line.startswith(f"{field}:")), None)
+    return None if kib is None else kib / 2**20
+
+
+def rss_gib() -> float:
+    """Resident memory of this process now."""
+    return _status_gib("VmRSS") or 0.0
+
+
+WINDOW_PEAKS: list[float] = []
+"""This process's peak RSS in each window `step_peak_gib` closed: together they span the whole run."""
+
+
+def step_peak_gib() -> float:
+    """The peak RSS since the last call (Linux resets the high-water mark on request; elsewhere the
+    figure is the run's peak so far). Measured here, the same way for both trainers, whatever they log.
+
+    The reset also resets what getrusage reports (ru_maxrss), as does our trainer's own each step: the
+    run's peak is the largest window's, kept in WINDOW_PEAKS."""
+    peak = _status_gib("VmHWM")
+    with contextlib.suppress(OSError):  # not Linux: the run's peak so far
+        Path("/proc/self/clear_refs").write_text("5")  # 5: reset the peak RSS, nothing else
+    WINDOW_PEAKS.append(peak if peak is not None else peak_rss_gib())
+    return WINDOW_PEAKS[-1]
+
+
 # ---------------------------------------------------------------- the two trainers (each in its own process)
 
 
 def run_envhub(args: argparse.Namespace) -> dict[str, Any]:
     """Our trainer with `engine: vllm`, configured as the module docstring says."""
+    from envhub_trainer import grpo
     from envhub_trainer.config import TrainConfig
     from envhub_trainer.grpo import train
     from envhub_trainer.loss import LossConfig
@@ -149,10 +187,29 @@ def run_envhub(args: argparse.Namespace) -> dict[str, Any]:
         dtype=args.dtype,  # the trainer's weights and the vLLM engine's
     )
     stamps: list[float] = []
+    peaks: list[float] = []
+    engine_rss: list[float] = []
+
+    def on_step(row: dict[str, Any]) -> None:
+        stamps.append(time.perf_counter())
+        peaks.append(step_peak_gib())
+
+    def measured_engine(*args: Any, **kwargs: Any) -> Any:
+        """The configured engine, with the RSS its building added: the vLLM engine's share."""
+        before = rss_gib()
+        engine = make_engine(*args, **kwargs)
+        engine_rss.append(rss_gib() - before)
+        step_peak_gib()  # the start-up's peak, before our trainer resets the mark for its first step
+        return engine
+
+    make_engine = grpo.make_engine  # type: ignore[attr-defined]
+    grpo.make_engine = measured_engine  # type: ignore[attr-defined]
     started = time.perf_counter()
+    step_peak_gib()  # the first step's peak starts here
     try:
-        metrics = train(config, on_step=lambda row: stamps.append(time.perf_counter()))
+        metrics = train(config, on_step=on_step)
     finally:
+        grpo.make_engine = make_engine  # type: ignore[attr-defined]
         shutil.rmtree(run_dir, ignore_errors=True)
     rows = []
     for i, m in enumerate(metrics):
@@ -168,12 +225,14 @@ def run_envhub(args: argparse.Namespace) -> dict[str, Any]:
                 sequence_tokens=round(m["train_tokens_per_second"] * m["train_seconds"]),
                 sequences=m["samples"],
                 reward_mean=m["reward_mean"],
+                peak_rss_gib=peaks[i],
             )
         )
     return {
         "rows": [asdict(r) for r in rows],
         "startup_seconds": stamps[0] - started - rows[0].seconds,
         "generator": "vLLM in-process, prefix cache on",
+        "engine_rss_gib": engine_rss[0] if engine_rss else None,
     }
 
 
@@ -205,6 +264,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
         def __init__(self) -> None:
             self.begin: list[float] = []
             self.end: list[float] = []
+            self.peaks: list[float] = []
 
         def on_step_begin(
             self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -215,6 +275,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
             self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
         ) -> None:
             self.end.append(time.perf_counter())
+            self.peaks.append(step_peak_gib())
 
     async def larger_reward(
         completions: list[list[dict[str, str]]], seed: list[int], **_: Any
@@ -266,6 +327,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
     )
     clock = StepClock()
     started = time.perf_counter()
+    step_peak_gib()  # the first step's peak starts here
     trainer = TimedGRPOTrainer(
         model=str(args.model),
         reward_funcs=larger_reward,  # type: ignore[arg-type,unused-ignore]  # TRL awaits async ones
@@ -291,6 +353,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
                 sequence_tokens=tokens,
                 sequences=sequences,
                 reward_mean=statistics.fmean(rewards[i]),
+                peak_rss_gib=clock.peaks[i],
             )
         )
     return {
@@ -306,7 +369,8 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {"envhub": 
 def child(args: argparse.Namespace) -> None:
     """Entry point of a child process: run one trainer and write its rows to `args.result`."""
     result = RUNNERS[args.child](args)
-    result["peak_rss_gib"] = peak_rss_gib()
+    step_peak_gib()  # closes the last window, from the last step's end to here
+    result["peak_rss_gib"] = max(WINDOW_PEAKS)
     args.result.write_text(json.dumps(result))
 
 
@@ -484,6 +548,10 @@ def show(
             / sum(r.train_seconds for r in steps),
             "reward_mean": statistics.fmean(r.reward_mean for r in rows[name]),
             "peak_rss_gib": run["peak_rss_gib"],
+            "step_peak_rss_gib": [r.peak_rss_gib for r in rows[name]],
+            "rss_growth_gib": rows[name][-1].peak_rss_gib
+            - rows[name][min(1, len(rows[name]) - 1)].peak_rss_gib,
+            "engine_rss_gib": run.get("engine_rss_gib"),
             "bound_seconds": mean(steps, lambda r: step_flops(r, shape) / flops),
             "load_average": run["load_average"],
         }
@@ -507,17 +575,19 @@ def show(
         ("training / compute bound", "train_over_bound", "{:.2f}x"),
         ("reward, mean over all steps", "reward_mean", "{:.3f}"),
         ("peak RSS, GiB", "peak_rss_gib", "{:.2f}"),
+        ("  last step's peak - step 2's, GiB", "rss_growth_gib", "{:+.2f}"),
         ("load average (1 min) before the run", "load_average", "{:.2f}"),
     ]
     for label, key, form in lines:
         table.add_row(label, *(form.format(summary[n][key]) for n in names))
     console.print(table)
 
-    table = Table(title="Per step: seconds (rollout / train) and mean reward of the 32 completions")
+    table = Table(title="Per step: seconds (rollout / train), mean reward of the 32 completions, peak RSS")
     table.add_column("step", justify="right")
     for name in names:
         table.add_column(f"{name} s", justify="right")
         table.add_column(f"{name} reward", justify="right")
+        table.add_column(f"{name} GiB", justify="right")
     for i in range(max(len(rows[n]) for n in names)):
         cells = [str(i + 1)]
         for name in names:
@@ -526,9 +596,10 @@ def show(
                 cells += [
                     f"{r.seconds:.2f} ({r.rollout_seconds:.2f} / {r.train_seconds:.2f})",
                     f"{r.reward_mean:.3f}",
+                    f"{r.peak_rss_gib:.2f}",
                 ]
             else:
-                cells += ["", ""]
+                cells += ["", "", ""]
         table.add_row(*cells)
     console.print(table)
 
@@ -559,6 +630,14 @@ def show(
             f"mean reward over the {args.steps} steps, ours - TRL's: {difference:+.3f} "
             f"(two standard errors: {noise:.3f}): {reward_verdict}"
         )
+        if ours["engine_rss_gib"] is not None:
+            allowance = theirs["peak_rss_gib"] + ours["engine_rss_gib"]
+            verdict = "met" if ours["peak_rss_gib"] <= allowance else "missed"
+            console.print(
+                f"peak RSS, ours: {ours['peak_rss_gib']:.2f} GiB; TRL's {theirs['peak_rss_gib']:.2f} GiB + "
+                f"our vLLM engine's {ours['engine_rss_gib']:.2f} GiB = {allowance:.2f} GiB (goal: at most "
+                f"that): {verdict}"
+            )
     else:
         console.print("one of the runs failed: no comparison (see its log above)")
     return summary
