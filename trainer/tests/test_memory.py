@@ -13,6 +13,7 @@ import os
 import random
 from pathlib import Path
 
+import pytest
 from envhub_trainer import memory
 from envhub_trainer.grpo import train
 from envhub_trainer.testing import Digits, digits_config
@@ -64,6 +65,7 @@ class LongDigits(Digits):
         return super().setup(rng) + " Reply with digits and nothing else, please." * 4
 
 
+@pytest.mark.slow
 def test_a_runs_peak_rss_is_logged_and_flat_from_step_to_step(tmp_path: Path) -> None:
     envhub.register("long-digits-test-v0", LongDigits, override=True)
     model = tiny_chat_model(tmp_path / "model", vocab_size=300, hidden_size=256, layers=8, heads=4)
