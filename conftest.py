@@ -21,6 +21,10 @@ envs/*/tests share that plugin authors do not need (what they do is in `envhub.t
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+collect_ignore_glob = ["tests/data/*"]
+"""Data the tests use, not tests: Harbor task folders hold the tasks' own `tests/test_*.py`, which run
+inside their sandboxes (where their imports resolve), never in this suite."""
+
 
 @dataclass(frozen=True)
 class AllowedSkip:
