@@ -197,7 +197,9 @@ async def test_a_hanging_control_plane_is_a_sandbox_timeout(double: E2BDouble) -
 async def test_envd_failures_are_infrastructure_errors(double: E2BDouble) -> None:
     async with sandbox.open("e2b") as sb:
         double.fail("envd", "POST", "/files", status=507, body={"code": 507, "message": "not enough space"})
-        with pytest.raises(SandboxError, match="not enough space"):
+        # The double answers before it has read the upload; under load the SDK may see that as a dropped
+        # connection instead of the 507's body. Either way it is the infrastructure's failure.
+        with pytest.raises(SandboxError, match=r"not enough space|connection error"):
             await sb.write_file("big.bin", b"x")
         double.fail("envd", "GET", "/files", status=429, body={"code": 429, "message": "slow down"}, times=9)
         with pytest.raises(SandboxError, match="rate limited"):
