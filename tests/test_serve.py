@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import select
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from envhub.policies import OraclePolicy
 from envhub.serve.client import RemoteAccessDenied, RemoteEnv, UnknownRemoteEnv
 from envhub.serve.protocol import Error, Open, server_frame
 from envhub.store.reader import read_episodes
+from tests.envhub_testkit.processes import interrupt
 
 TOKEN = "s3cret"
 
@@ -100,13 +100,7 @@ class Server:
         self.http = self.base.replace("ws://", "http://")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        interrupt(self.process)
         self.errors.close()
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from pathlib import Path
 
 
@@ -24,3 +26,15 @@ def ray_actor_pids(name: str) -> set[int]:
         if parent == os.getpid():
             found.add(int(entry.name))
     return found
+
+
+def interrupt(process: subprocess.Popen[str]) -> None:
+    """Stop a server the tests started as Ctrl-C would (uvicorn then shuts down cleanly), killing it if
+    it has not exited within 10 s."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ import pytest
 import envhub
 from envhub.formats.openenv.env import TOKEN_ENV, OpenEnvEnv
 from envhub.messages import Message, ToolCall
+from tests.envhub_testkit.processes import interrupt
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -49,13 +49,7 @@ class Uvicorn:
         started.set()  # the server exited before it listened
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        interrupt(self.process)
 
 
 @pytest.fixture(scope="module")

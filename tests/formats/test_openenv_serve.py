@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import select
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ import envhub
 from envhub.core import parse_action, recorded_action
 from envhub.formats.openenv.env import TOKEN_ENV
 from envhub.policies import OraclePolicy
+from tests.envhub_testkit.processes import interrupt
 from tests.test_serve import TOKEN, Server
 
 
@@ -49,13 +49,7 @@ class EnvhubServe:
         self.http = line.split()[-1].replace("ws://", "http://")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        interrupt(self.process)
 
 
 def openenv_url(server: Server, env_id: str, *, token: str | None = TOKEN) -> str:

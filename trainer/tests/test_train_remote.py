@@ -4,7 +4,6 @@ unchanged, with the engine in this process and on Ray; the run is the one the lo
 from __future__ import annotations
 
 import select
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from envhub_trainer.testing import DIGITS_ENV
 from envhub_trainer.testing import digits_config as config
 
 from envhub.store import read_episodes
+from tests.envhub_testkit.processes import interrupt
 
 TOKEN = "trainer-s3cret"
 
@@ -56,13 +56,7 @@ class Served:
         return int(response.json().get("episodes", 0))  # absent until the first episode
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        interrupt(self.process)
         self.errors.close()
 
 
