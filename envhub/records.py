@@ -124,6 +124,11 @@ class Episode(BaseModel):
     """The id of the episode this one was forked from (`envhub rollout --fork-at`); None otherwise."""
     fork_turn: int | None = None
     """How many turns this episode shares with its parent: it was forked after that many steps."""
+    node: str | None = None
+    """The Ray node that ran the episode (its node id); None when it ran in this process."""
+    sandbox_provider: str | None = None
+    """The sandbox backend that ran the episode's sandbox ("local", "docker", "e2b"), after any failover;
+    None when it opened no sandbox."""
 
     @property
     def ending(self) -> Literal["error", "terminated", "truncated", "unfinished"]:

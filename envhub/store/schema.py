@@ -143,6 +143,8 @@ SCHEMA = pa.schema(
         ),  # `envhub replay`'s tape; null when not recorded, and in older shards
         ("parent", pa.string()),  # the forked-from episode's id (`--fork-at`); else null, as in older shards
         ("fork_turn", pa.int32()),  # the turns it shares with its parent; null when not forked
+        ("node", pa.string()),  # the Ray node that ran it; null for in-process runs and older shards
+        ("sandbox_provider", pa.string()),  # the backend its sandbox ran on, after failover; null if none
     ],
     metadata={"envhub.schema_version": str(SCHEMA_VERSION)},
 )
@@ -277,6 +279,8 @@ def episode_row(episode: Episode, spec: BatchSpec | None = None) -> dict[str, An
         "recording_json": episode.recording.model_dump_json() if episode.recording is not None else None,
         "parent": episode.parent,
         "fork_turn": episode.fork_turn,
+        "node": episode.node,
+        "sandbox_provider": episode.sandbox_provider,
     }
 
 
@@ -320,6 +324,8 @@ def episode_from_row(row: dict[str, Any]) -> Episode:
             "recording": json.loads(row["recording_json"]) if row.get("recording_json") else None,
             "parent": row.get("parent"),
             "fork_turn": row.get("fork_turn"),
+            "node": row.get("node"),
+            "sandbox_provider": row.get("sandbox_provider"),
         }
     )
 
