@@ -8,8 +8,9 @@ from typing import Any, Literal
 from envhub.sandbox.base import Sandbox
 from envhub.sandbox.policy import IsolationPolicy
 
-Backend = Literal["auto", "local", "docker", "e2b"]
+Backend = Literal["auto", "local", "docker", "e2b", "fleet"]
 BACKENDS: tuple[str, ...] = ("local", "docker", "e2b")
+"""The providers; "fleet" opens on one of them (envhub.sandbox.fleet), "auto" picks one."""
 
 
 async def create(
@@ -19,6 +20,11 @@ async def create(
     and e2b need their extras."""
     if backend == "auto":
         backend = "e2b" if os.environ.get("E2B_API_KEY") else "local"
+    if backend == "fleet":
+        from envhub.sandbox.fleet import shared_fleet
+
+        # The order, quotas and rate limits come from ENVHUB_FLEET; report().backend names the provider.
+        return await shared_fleet().open(policy, image, options)
     if backend in BACKENDS:
         policy.check_backend(backend)  # options only some backends can honour are refused, never ignored
     if backend == "local":
@@ -35,4 +41,6 @@ async def create(
         from envhub.sandbox.e2b import E2BSandbox
 
         return await E2BSandbox.create(policy, template=image, **options)
-    raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {', '.join(('auto', *BACKENDS))}")
+    raise ValueError(
+        f"unknown sandbox backend {backend!r}; choose one of {', '.join(('auto', *BACKENDS, 'fleet'))}"
+    )

@@ -49,6 +49,9 @@ shell), as the local backend's pid namespace does; the init survives, owned by a
 LABEL = "envhub.sandbox"
 OWNER_LABEL = "envhub.owner"
 """The pid of the process that made the container: what a leak check on a shared engine looks at."""
+HOST_LABEL = "envhub.host"
+"""The host that pid lives on: the fleet's reaper removes a container only when its owner is this host's
+and dead (envhub.sandbox.fleet.reaper); E2B sandboxes carry the same three marks as metadata."""
 FORK_REPOSITORY = "envhub-fork"
 """Where `fork` commits a writable_image container; each image goes when its fork closes."""
 FORK_LABEL = "envhub.fork"
@@ -166,7 +169,7 @@ class DockerSandbox(Sandbox):
             command=["sleep", "infinity"],
             detach=True,
             init=True,
-            labels={LABEL: "1", OWNER_LABEL: str(os.getpid())},
+            labels={LABEL: "1", OWNER_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname()},
             network_mode="bridge" if policy.network else "none",
             mem_limit=policy.memory_mb * MiB,
             memswap_limit=policy.memory_mb * MiB,

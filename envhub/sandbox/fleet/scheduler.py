@@ -1,0 +1,179 @@
+"""The fleet: opens each sandbox on the first provider, in the declared order, that has room and works.
+
+A provider at its quota is skipped (or waited for, `when_full="wait"`); one that cannot honour the
+policy or image, is unavailable, or fails to create is skipped for the next. Creations wait their turn
+under the provider's rate limit. Every sandbox handed out has a lease, renewed in the background and
+removed when the sandbox closes; `report().backend` says which provider it ran on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from envhub.sandbox.base import Sandbox
+from envhub.sandbox.fleet.config import FleetConfig, Provider
+from envhub.sandbox.fleet.leases import Heartbeat, Lease, LeaseBook, default_lease_dir
+from envhub.sandbox.fleet.limits import Quota, TokenBucket
+from envhub.sandbox.policy import IsolationPolicy
+from envhub.sandbox.results import SandboxError, SandboxUnavailable
+
+Create = Callable[[Any, IsolationPolicy, str | None, dict[str, Any]], Awaitable[Sandbox]]
+
+FAILOVER_ERRORS: tuple[type[BaseException], ...] = (SandboxError, OSError, RuntimeError, ValueError)
+"""What a provider's `create` raises when it cannot serve (unavailable, engine down, slots exhausted,
+an option it refuses): the next provider is tried. Anything else is a bug and propagates."""
+
+
+def sandbox_ref(sandbox: Sandbox) -> str:
+    """The provider's own name for a sandbox: what the reaper needs to find and remove it."""
+    if sandbox.backend == "local":
+        return str(sandbox._scratch)  # type: ignore[attr-defined]  # the scratch area, named after its owner
+    if sandbox.backend == "docker":
+        return str(sandbox._container.id)  # type: ignore[attr-defined]
+    return str(sandbox.report().details.get("sandbox_id", ""))
+
+
+class Fleet:
+    """Sandboxes across providers under quotas, rate limits, leases and failover (see the module)."""
+
+    def __init__(self, config: FleetConfig | None = None, *, create: Create | None = None) -> None:
+        self.config = config or FleetConfig()
+        self._create = create
+        self.quotas: dict[str, Quota] = {p.name: Quota(p.max_concurrent) for p in self.config.providers}
+        self.buckets: dict[str, TokenBucket] = {
+            p.name: TokenBucket(p.rate_per_s, p.burst) for p in self.config.providers if p.rate_per_s
+        }
+        self.book = LeaseBook(self.config.lease_dir or default_lease_dir(), self.config.lease_ttl_s)
+        self.heartbeat = Heartbeat(self.book, self.config.heartbeat_s)
+        self.opened: Counter[str] = Counter()
+        """Sandboxes handed out per provider, since the fleet was made."""
+        self.failures: list[str] = []
+        """Why a provider was passed over for a failure (not for a full quota), in order."""
+        self._waiters: list[asyncio.Future[None]] = []
+
+    async def open(
+        self, policy: IsolationPolicy, image: str | None = None, options: dict[str, Any] | None = None
+    ) -> Sandbox:
+        """A sandbox of the first provider that has room and works; SandboxUnavailable when none can."""
+        while True:
+            refusals: list[str] = []
+            wait = False
+            for provider in self.config.providers:
+                if (why := self._refusal(provider, policy, image)) is not None:
+                    refusals.append(f"{provider.name}: {why}")
+                    continue
+                quota = self.quotas[provider.name]
+                if not quota.try_take():
+                    refusals.append(f"{provider.name}: {quota.limit} sandboxes open, its quota")
+                    wait = True
+                    if self.config.when_full == "wait":
+                        break
+                    continue
+                try:
+                    sandbox = await self._make(provider, policy, image, options or {})
+                except FAILOVER_ERRORS as exc:
+                    self._give_back(provider.name)
+                    refusals.append(f"{provider.name}: {type(exc).__name__}: {exc}")
+                    self.failures.append(refusals[-1])
+                    continue
+                except BaseException:
+                    self._give_back(provider.name)
+                    raise
+                return self._hand_out(provider.name, sandbox)
+            if not wait:
+                raise SandboxUnavailable(
+                    "no provider of the fleet could open a sandbox: " + "; ".join(refusals)
+                )
+            await self._released()
+
+    def close(self) -> None:
+        """Stop renewing leases (the sandboxes' own close releases theirs)."""
+        self.heartbeat.stop()
+
+    @staticmethod
+    def _refusal(provider: Provider, policy: IsolationPolicy, image: str | None) -> str | None:
+        """Why a provider cannot take this request at all, before anything is created."""
+        if provider.name == "local" and image is not None:
+            return "the local backend runs the host's /usr and takes no image"
+        try:
+            policy.check_backend(provider.name)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    async def _make(
+        self, provider: Provider, policy: IsolationPolicy, image: str | None, options: dict[str, Any]
+    ) -> Sandbox:
+        bucket = self.buckets.get(provider.name)
+        if bucket is not None and (delay := bucket.reserve()) > 0:
+            await asyncio.sleep(delay)
+        from envhub.sandbox.backends import create as backend_create
+
+        create = self._create or backend_create
+        local = provider.name == "local" and image is None
+        return await create(provider.name, policy, None if local else image, {**provider.options, **options})
+
+    def _hand_out(self, provider: str, sandbox: Sandbox) -> Sandbox:
+        """Lease the sandbox, and make its close give back the lease and the quota."""
+        engine = os.environ.get("DOCKER_HOST") if provider == "docker" else None
+        try:
+            lease = self.book.grant(provider, sandbox_ref(sandbox), engine)
+        except BaseException:
+            self._give_back(provider)
+            raise
+        self.heartbeat.hold(lease)
+        self.opened[provider] += 1
+        closing = sandbox.close
+
+        async def close() -> None:
+            if sandbox.closed:
+                return
+            try:
+                await closing()
+            finally:
+                self._release(provider, lease)
+
+        sandbox.close = close  # type: ignore[method-assign]  # __aexit__ and callers reach this one
+        return sandbox
+
+    def _release(self, provider: str, lease: Lease) -> None:
+        self.heartbeat.drop(lease)
+        with contextlib.suppress(OSError):
+            self.book.release(lease)
+        self._give_back(provider)
+
+    def _give_back(self, provider: str) -> None:
+        self.quotas[provider].give_back()
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+
+    async def _released(self) -> None:
+        """Wait until some sandbox of this fleet is given back."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            self._waiters.remove(waiter)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+_shared: Fleet | None = None
+
+
+def shared_fleet() -> Fleet:
+    """The process's fleet, configured by ENVHUB_FLEET: what `open("fleet")` opens through."""
+    global _shared
+    if _shared is None:
+        _shared = Fleet(FleetConfig.from_env())
+    return _shared
