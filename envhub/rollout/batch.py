@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from envhub.policies import Policy
-from envhub.records import RETRYABLE, Episode
+from envhub.records import RETRYABLE, Episode, episode_id
 from envhub.registration import registry
 from envhub.rollout.kwargs import check_env_kwargs
 from envhub.rollout.ray_backend import PolicyFactory, RayEpisodePool, ray_address, run_batch_ray
@@ -111,7 +111,8 @@ async def rollout(
     Ray actors (default: one per CPU of the cluster, at most `limits.concurrency`).
     Interrupted (Ctrl-C, cancelled), it keeps every finished episode in `out` and re-raises.
     `fork_at` plays each task's references as a fork group (`run_fork_batch`): the first is a prefix
-    of `fork_at` turns, the others children forked there; local backend only, not resumable.
+    of `fork_at` turns, the others children forked there; local backend only. A resumed fork batch
+    skips the groups stored whole and plays the others again whole, dropping their stored rows first.
     """
     limits = limits or RolloutLimits()
     env_kwargs = dict(env_kwargs or {})
@@ -127,10 +128,10 @@ async def rollout(
         raise ValueError(
             "--retry-errors plays failed episodes of a stored batch again: it needs --out and --resume"
         )
-    if fork_at is not None and (backend != "local" or resume):
+    if fork_at is not None and backend != "local":
         raise ValueError(
-            "--fork-at plays each group's children from its prefix's live env: it runs on the local "
-            "backend only, and a stopped fork batch cannot be resumed (run it again into a new --out)"
+            "--fork-at plays each group's children from its prefix's live env, in this process: it runs "
+            "on the local backend only for now; leave --backend out, or roll out without --fork-at"
         )
     check_env_kwargs(resolved, env_kwargs)
     store = None
@@ -141,6 +142,8 @@ async def rollout(
         store = BatchStore.open(out, spec, episodes=len(refs), resume=resume, shard_size=shard_size)
     try:
         retried = store.forget_errors() if retry_errors and store is not None else []
+        if fork_at is not None and store is not None:
+            store.forget(partial_groups(refs, store.done))  # a group is stored whole or played again whole
         todo = refs if store is None else [refs[i] for i in store.remaining()]
         if on_start is not None:
             on_start(len(refs), len(refs) - len(todo))
@@ -167,6 +170,21 @@ async def rollout(
         not_started=result.not_started,
         wall_seconds=result.wall_seconds,
     )
+
+
+def partial_groups(refs: Sequence[EpisodeRef], done: set[str]) -> list[str]:
+    """The stored ids of fork groups (a task's references) that are stored only in part.
+
+    A child is forked from its prefix's live env, so a group cannot be finished from its stored rows:
+    a resume plays it again whole (prefix and children), and these rows must go first, or the batch
+    would hold two prefixes' children under one parent id.
+    """
+    groups: dict[int, list[str]] = {}
+    for ref in refs:
+        groups.setdefault(ref.task, []).append(episode_id(ref.index))
+    return [
+        i for ids in groups.values() if 0 < len(done.intersection(ids)) < len(ids) for i in ids if i in done
+    ]
 
 
 def _check_batch_refs(refs: list[EpisodeRef]) -> None:

@@ -220,6 +220,36 @@ class BatchStore:
         write_atomically(self.root / JOURNAL, "".join(e.model_dump_json() + "\n" for e in waiting).encode())
         self._journal = (self.root / JOURNAL).open("a")
 
+    def forget(self, episode_ids: Iterable[str]) -> None:
+        """Drop these stored episodes, so that `remaining()` lists them again: a fork group that a kill
+        left part-stored is played again whole, and its old rows must not stay beside the new ones.
+
+        Each shard holding one is rewritten atomically without it, and the journal after that, as in
+        `forget_errors`: a kill part way leaves every episode stored once or missing.
+        """
+        dropping = set(episode_ids) & self.done
+        if not dropping:
+            return
+        wanted = pa.array(sorted(dropping), type=pa.string())
+        for number, info in reversed(list(enumerate(self.manifest.shards))):
+            path = self.root / info.file
+            table = read_shard(path, self.manifest.spec)
+            hit = pc.is_in(table.column("episode_id").cast(pa.string()), value_set=wanted)
+            if not pc.any(hit).as_py():
+                continue
+            kept = table.filter(pc.invert(hit))
+            if kept.num_rows:
+                self.manifest.shards[number] = write_shard(path, kept)
+            else:
+                path.unlink()
+                del self.manifest.shards[number]
+        for dropped in dropping & set(self._buffer):
+            del self._buffer[dropped]
+        self._rewrite_journal()
+        self.done.difference_update(dropping)
+        self._lowest_missing = 0
+        self._sync_manifest()
+
     def forget_errors(self) -> list[int]:
         """Drop the stored episodes that ended in an infrastructure error, so that `remaining()` lists
         them again (for `--retry-errors`); returns their indices.
