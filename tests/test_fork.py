@@ -144,16 +144,51 @@ async def test_a_tool_env_forked_after_edits_grades_each_child_on_its_own_files(
             await e.close()
 
 
-async def test_a_live_python_worker_is_refused_by_name_and_the_forked_sandbox_closed() -> None:
-    """A REPL's variables live in its process, which a fork cannot copy: refused, naming the attribute,
-    before a deep copy half-copies the process; the sandbox already forked for the child is closed."""
+def python(code: str, call_id: str = "p") -> Message:
+    return Message(role="assistant", tool_calls=[ToolCall.create("python", {"code": code}, id=call_id)])
+
+
+async def run_python(env: envhub.Env, code: str) -> str:
+    return (await env.step(python(code))).observation[0].text
+
+
+async def test_a_started_python_repl_forks_by_replaying_its_cells_and_children_diverge() -> None:
+    """tool-use's REPL: the child's interpreter, new in the child's sandbox, ran the parent's cells again,
+    so it holds their variables (and the files they wrote); from there a variable set in one child is in
+    neither the other nor the parent, and a cell whose output cannot repeat is named."""
+    env = envhub.make("tool-use-v0", kind="write-report")
+    children: list[envhub.Env] = []
+    try:
+        await env.reset(seed=3)
+        await run_python(env, "x = 41\nopen('made.txt', 'w').write('by the parent')")
+        await run_python(env, "import random\nrandom.random()")  # not the same number twice
+        children = await env.fork(2)
+        one, other = children
+        assert await run_python(one, "x + 1") == "42\n"
+        assert await run_python(other, "open('made.txt').read()") == "'by the parent'\n"
+        await run_python(one, "y = 'only in one'")
+        assert "NameError" in await run_python(other, "y")
+        assert "NameError" in await run_python(env, "y")
+        assert await run_python(env, "x") == "41\n"
+        for child in children:
+            worker = child._worker  # type: ignore[attr-defined]
+            assert worker.diverged == [1]  # the random number, and nothing else
+            assert worker is not env._worker and worker._sandbox is child.sandbox  # type: ignore[attr-defined]
+    finally:
+        for e in (*children, env):
+            await e.close()
+
+
+async def test_a_repl_fork_that_cannot_replay_closes_what_it_opened() -> None:
+    """A cell that kills the interpreter when run again (here: once its file exists) fails the fork,
+    saying which cell; the child's sandbox is closed, nothing is left behind."""
     env = envhub.make("tool-use-v0", kind="write-report")
     try:
         await env.reset(seed=3)
-        call = ToolCall.create("python", {"code": "x = 41"}, id="p")
-        await env.step(Message(role="assistant", tool_calls=[call]))
+        guard = "import os\nif os.path.exists('ran'): os._exit(3)\nopen('ran', 'w').close()"
+        await run_python(env, guard)
         before = sandbox_footprint()
-        with pytest.raises(NotForkable, match=r"attribute '_worker'\._proc is a live Process"):
+        with pytest.raises(envhub.sandbox.SandboxError, match=r"replaying cell 0 .* lost the interpreter"):
             await env.fork(1)
         assert sandbox_footprint() == before
     finally:

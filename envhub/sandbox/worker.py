@@ -4,6 +4,11 @@ This is the Python REPL tool of multi-turn code agents. A snippet that runs past
 interrupted inside the interpreter (SIGALRM raises in the user's code), so the session survives; only
 a snippet that ignores the interrupt (stuck in C code, or catching BaseException) is killed after a
 grace period, and then the session's state is lost, which the result says.
+
+A worker forks with its env (`Env.fork`): an interpreter's memory cannot be copied, so the child's
+worker starts a new interpreter in the child's (forked) sandbox and runs again, in order, the cells the
+session has run; a cell whose output comes out different (random numbers, the time, a file it appends
+to, which the forked files already hold) is named in the child's `diverged`, and logged.
 """
 
 from __future__ import annotations
@@ -11,15 +16,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Any, Protocol, Self
 
 from pydantic import ValidationError
 
 from envhub.sandbox.policy import IsolationPolicy
 from envhub.sandbox.results import ExecResult, SandboxError
+
+log = logging.getLogger(__name__)
 
 _SERVER = (Path(__file__).parent / "_repl.py").read_text()
 KILL_GRACE_S = 2.0
@@ -32,6 +41,28 @@ class ReplResult(ExecResult):
     """A snippet's outcome; `session_lost` says the interpreter was killed and its state is gone."""
 
     session_lost: bool = False
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A snippet the session ran, with its limit and what it printed: what a fork runs again."""
+
+    code: str
+    timeout: float
+    result: ReplResult
+
+    def differs(self, replayed: ReplResult) -> str | None:
+        """Why a replay's result is not this cell's (its output, status or timeout), or None."""
+        for field in ("exit_code", "timed_out", "stdout", "stderr"):
+            before, after = getattr(self.result, field), getattr(replayed, field)
+            if before != after:
+                return f"{field} {_short(before)} became {_short(after)}"
+        return None
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class Spawner(Protocol):
@@ -62,6 +93,10 @@ class PythonWorker:
         self._stderr_task: asyncio.Task[bytes] | None = None
         self.restarts = 0
         """Interpreters started after the first: each one lost the state before it."""
+        self.cells: list[Cell] = []
+        """The cells the current interpreter has run, in order: its state is what they made."""
+        self.diverged: list[int] = []
+        """For a forked worker: the cells (indices into `cells`) whose output differed when replayed."""
 
     @property
     def alive(self) -> bool:
@@ -95,6 +130,7 @@ class PythonWorker:
             if not self.alive:
                 if self._proc is not None:
                     self.restarts += 1
+                self.cells = []  # a new interpreter: what the old one ran is gone with it
                 await self.start()
             proc = self._proc
             assert proc is not None and proc.stdin is not None and proc.stdout is not None
@@ -150,7 +186,49 @@ class PythonWorker:
                     wall_time_s=loop.time() - started,
                     session_lost=True,
                 )
+            self.cells.append(Cell(code=code, timeout=limit, result=reply))
             return reply
+
+    async def __fork__(self, memo: dict[int, Any]) -> PythonWorker:
+        """What `Env.fork` puts in a child env where this worker was: a worker in the child's sandbox
+        that has run this session's cells again (see the module's docstring), or an idle one when this
+        worker has no live interpreter (its next `run` starts one, as here)."""
+        sandbox = memo.get(id(self._sandbox))
+        forked_here = sandbox is None
+        if sandbox is None:  # the env lists the worker before its sandbox: fork the sandbox first
+            fork = getattr(self._sandbox, "__fork__", None)
+            if fork is None:
+                raise SandboxError(f"the worker's {type(self._sandbox).__name__} cannot fork")
+            sandbox = memo[id(self._sandbox)] = await fork(memo)
+        child = PythonWorker(sandbox, python=self._python)
+        child.restarts = self.restarts
+        if not self.alive:
+            return child
+        try:
+            await child.replay(self.cells)
+        except BaseException:
+            await child.close()
+            if forked_here:
+                del memo[id(self._sandbox)]
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(sandbox.close())
+            raise
+        return child
+
+    async def replay(self, cells: list[Cell]) -> None:
+        """Run `cells` again in order in this (new) session, noting in `diverged` those whose output is
+        not what it was; a cell that loses the session fails the replay, as nothing after it holds."""
+        for index, cell in enumerate(cells):
+            result = await self.run(cell.code, timeout=cell.timeout)
+            if result.session_lost:
+                raise SandboxError(
+                    f"replaying cell {index} of the forked session lost the interpreter "
+                    f"({result.stderr.strip()[:200]}); the child cannot reach its parent's state"
+                )
+            why = cell.differs(result)
+            if why is not None:
+                self.diverged.append(index)
+                log.warning("a forked Python session's cell %d gave another result: %s", index, why)
 
     async def _kill(self) -> None:
         proc = self._proc
