@@ -1,0 +1,338 @@
+"""The sandbox fleet with real sandboxes: quotas and failover, rate limits, leases and their heartbeat,
+and the reaper after `kill -9` of an owner process (envhub.sandbox.fleet)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import envhub.cli.fleet  # noqa: F401 - registers `envhub fleet` (the lead adds it to envhub.cli)
+import envhub.sandbox as sandbox
+from envhub.cli import app
+from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
+from envhub.sandbox.backends import create
+from envhub.sandbox.fleet import Fleet, FleetConfig, LeaseBook, Provider, TokenBucket
+from envhub.sandbox.fleet.reaper import find_orphans, reap
+from tests.envhub_testkit.leaks import descendants
+from tests.sandbox.conftest import _DOCKER_SKIP, DOCKER_IMAGE
+from tests.sandbox.e2b_double import bwrap_missing
+
+pytestmark = [
+    pytest.mark.skipif(bwrap_missing() is not None, reason=bwrap_missing() or ""),
+    pytest.mark.timeout(180),
+]
+needs_docker = pytest.mark.skipif(_DOCKER_SKIP is not None, reason=_DOCKER_SKIP or "")
+POLICY = IsolationPolicy(memory_mb=256, pids=64, wall_time_s=30)
+
+
+def config(tmp_path: Path, *providers: Provider, **kw: Any) -> FleetConfig:
+    return FleetConfig(providers=providers, lease_dir=tmp_path / "leases", **kw)
+
+
+async def close_all(boxes: list[Sandbox]) -> None:
+    await asyncio.gather(*(b.close() for b in boxes))
+
+
+# -- limits ----------------------------------------------------------------------------------------
+
+
+def test_token_bucket_spreads_creations_by_its_rate() -> None:
+    now = [100.0]
+    bucket = TokenBucket(rate=2.0, burst=2, clock=lambda: now[0])
+    assert [bucket.reserve() for _ in range(5)] == [0.0, 0.0, 0.5, 1.0, 1.5]  # the burst, then 1 per 0.5 s
+    now[0] += 10.0  # a quiet spell refills the bucket only up to its burst
+    assert [bucket.reserve() for _ in range(3)] == [0.0, 0.0, 0.5]
+
+
+def test_config_from_env_toml_and_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toml = tmp_path / "fleet.toml"
+    toml.write_text(
+        'when_full = "wait"\n[[providers]]\nname = "docker"\nmax_concurrent = 3\nrate_per_s = 2.5\n'
+    )
+    monkeypatch.setenv("ENVHUB_FLEET", str(toml))
+    loaded = FleetConfig.from_env()
+    assert loaded.when_full == "wait" and loaded.providers == (
+        Provider(name="docker", max_concurrent=3, rate_per_s=2.5),
+    )
+    monkeypatch.setenv("ENVHUB_FLEET", '{"providers": [{"name": "local"}, {"name": "local"}]}')
+    with pytest.raises(ValueError, match="listed twice"):
+        FleetConfig.from_env()
+    with pytest.raises(ValueError, match="heartbeat_s"):
+        FleetConfig(lease_ttl_s=1, heartbeat_s=2)
+
+
+# -- quotas and failover -----------------------------------------------------------------------------
+
+
+@needs_docker
+async def test_the_open_past_a_full_quota_fails_over_in_order(tmp_path: Path) -> None:
+    fleet = Fleet(config(tmp_path, Provider(name="local", max_concurrent=2), Provider(name="docker")))
+    boxes = [await fleet.open(POLICY, options={}) for _ in range(3)]
+    try:
+        assert [b.report().backend for b in boxes] == ["local", "local", "docker"]
+        assert [(await b.exec("echo ok")).stdout for b in boxes] == ["ok\n"] * 3
+        assert fleet.quotas["local"].in_use == 2 and fleet.quotas["docker"].in_use == 1
+        assert not fleet.failures  # a full quota is not a failure
+        await boxes[0].close()  # room again on local: the next open goes there
+        boxes.append(await fleet.open(POLICY))
+        assert boxes[-1].report().backend == "local"
+    finally:
+        await close_all(boxes)
+        fleet.close()
+    assert all(q.in_use == 0 for q in fleet.quotas.values()) and fleet.book.leases() == []
+
+
+async def test_when_full_wait_queues_the_open_until_one_closes(tmp_path: Path) -> None:
+    fleet = Fleet(
+        config(tmp_path, Provider(name="local", max_concurrent=1), Provider(name="docker"), when_full="wait")
+    )
+    first = await fleet.open(POLICY)
+    second = asyncio.create_task(fleet.open(POLICY))
+    try:
+        await asyncio.sleep(1.0)
+        assert not second.done(), "the open past a full quota should wait, not fail over"
+        await first.close()
+        got = await asyncio.wait_for(second, 60)
+        assert got.report().backend == "local" and fleet.opened == {"local": 2}
+        await got.close()
+    finally:
+        second.cancel()
+        await first.close()
+        fleet.close()
+
+
+async def test_a_provider_that_refuses_is_skipped_and_every_refusal_is_reported(tmp_path: Path) -> None:
+    """An image rules out local; e2b has no key here: the error names each provider's reason."""
+    fleet = Fleet(config(tmp_path, Provider(name="local"), Provider(name="e2b")))
+    os.environ.pop("E2B_API_KEY", None)
+    with pytest.raises(SandboxUnavailable) as caught:
+        await fleet.open(POLICY, image="some/image")
+    message = str(caught.value)
+    assert "local: the local backend" in message and "e2b: SandboxUnavailable" in message
+    assert fleet.quotas["e2b"].in_use == 0 and fleet.failures and fleet.book.leases() == []
+
+
+async def test_open_fleet_through_the_public_entry_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import envhub.sandbox.fleet.scheduler as scheduler
+
+    monkeypatch.setenv(
+        "ENVHUB_FLEET", json.dumps({"providers": [{"name": "local"}], "lease_dir": str(tmp_path)})
+    )
+    monkeypatch.setattr(scheduler, "_shared", None)
+    async with sandbox.open("fleet", policy=POLICY) as sb:
+        assert sb.report().backend == "local" and (await sb.exec("echo hi")).stdout == "hi\n"
+        assert len(LeaseBook(tmp_path, 30).leases()) == 1
+    assert LeaseBook(tmp_path, 30).leases() == []
+    scheduler.shared_fleet().close()
+
+
+# -- rate limits -------------------------------------------------------------------------------------
+
+
+async def test_creations_are_spread_by_the_rate_limit(tmp_path: Path) -> None:
+    """Four opens at once under 4/s (burst 1): each creation starts at least 1/rate after the one before
+    (a lower bound: a loaded host only makes the gaps longer), in the order they were asked for."""
+    started: list[float] = []
+
+    async def recording(
+        backend: Any, policy: IsolationPolicy, image: str | None, options: dict[str, Any]
+    ) -> Sandbox:
+        started.append(time.monotonic())
+        return await create(backend, policy, image, options)
+
+    fleet = Fleet(config(tmp_path, Provider(name="local", rate_per_s=4.0)), create=recording)
+    boxes = await asyncio.gather(*(fleet.open(POLICY) for _ in range(4)))
+    try:
+        assert len(started) == 4 and fleet.opened == {"local": 4}
+        gaps = [b - a for a, b in itertools.pairwise(started)]
+        assert all(gap >= 0.25 - 0.02 for gap in gaps), gaps
+    finally:
+        await close_all(list(boxes))
+        fleet.close()
+
+
+# -- leases ------------------------------------------------------------------------------------------
+
+
+async def test_a_lease_is_written_renewed_by_the_heartbeat_and_released(tmp_path: Path) -> None:
+    fleet = Fleet(config(tmp_path, Provider(name="local"), lease_ttl_s=5, heartbeat_s=0.2))
+    sb = await fleet.open(POLICY)
+    try:
+        (lease,) = fleet.book.leases()
+        assert lease.owner_pid == os.getpid() and lease.provider == "local"
+        assert lease.ref.startswith(os.path.join(tempfile.gettempdir(), "envhub-sandbox-"))
+        for _ in range(200):  # the heartbeat moves the expiry on
+            await asyncio.sleep(0.05)
+            (now,) = fleet.book.leases()
+            if now.expires_at > lease.expires_at:
+                break
+        assert now.expires_at > lease.expires_at, "the heartbeat did not renew the lease"
+        assert find_orphans(fleet.book, owners={os.getpid()}) == []  # a live owner's lease is no orphan
+    finally:
+        await sb.close()
+        fleet.close()
+    assert fleet.book.leases() == []
+
+
+@needs_docker
+def test_an_expired_lease_of_another_host_is_reclaimed_a_live_one_is_not(tmp_path: Path) -> None:
+    """Across hosts the pid means nothing: only expiry tells a dead owner, and the reaper acts on it."""
+    import docker
+
+    client = docker.from_env()
+    container = client.containers.run(DOCKER_IMAGE, ["sleep", "infinity"], detach=True, network_mode="none")
+    now = [1000.0]
+    book = LeaseBook(tmp_path, ttl_s=30, clock=lambda: now[0])
+    try:
+        lease = book.grant("docker", container.id).model_copy(update={"host": "another-host"})
+        book._write(lease)
+        assert find_orphans(book, providers=("docker",)) == []  # not expired yet
+        now[0] += 31
+        (orphan,) = find_orphans(book, providers=("docker",))
+        assert orphan.ref == container.id and "expired" in orphan.why
+        assert reap([orphan], book) == {orphan: None}
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(container.id)
+        assert book.leases() == []
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True)
+        client.close()
+
+
+def test_an_expired_lease_of_a_live_owner_on_this_host_is_kept(tmp_path: Path) -> None:
+    """A late heartbeat (a loaded host) must not cost a live owner its sandbox."""
+    now = [0.0]
+    book = LeaseBook(tmp_path, ttl_s=1, clock=lambda: now[0])
+    book.grant("e2b", "sandbox-of-a-live-owner")
+    now[0] += 100
+    assert find_orphans(book, providers=("e2b",)) == []
+
+
+# -- the reaper after kill -9 of the owner -------------------------------------------------------------
+
+OWNER = """
+    import asyncio, json, sys
+    import envhub.sandbox as sandbox
+
+    async def main():
+        n = int(sys.argv[1])
+        boxes = [await sandbox.open("fleet", policy=sandbox.IsolationPolicy(memory_mb=256)) for _ in range(n)]
+        await boxes[0].exec("sleep 1000 & echo started")  # something running when the owner dies
+        print(json.dumps([b.report().backend for b in boxes]), flush=True)
+        await asyncio.sleep(1000)
+
+    asyncio.run(main())
+"""
+
+
+def wait_orphaned_children() -> None:
+    """Collect the exit status of the owner's sandbox processes: they died with it (bwrap's
+    --die-with-parent) and were handed to this process, a child subreaper once it made a local sandbox.
+    Outside a test the reaper runs in another process, and the owner's parent (or init) collects them."""
+    for _ in range(100):
+        dead = [pid for pid in descendants() if _state(pid) == "Z"]
+        for pid in dead:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        if not any(_state(pid) in ("Z", "R", "S", "D") for pid in dead):
+            return
+        time.sleep(0.05)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return ""
+
+
+@pytest.fixture
+def killed_owner(tmp_path: Path) -> Iterator[tuple[int, list[str], Path]]:
+    """A process that opened sandboxes through the fleet (local while its quota of 2 lasts, then docker
+    when an engine is here), then was killed with SIGKILL: its pid, its providers, its lease dir."""
+    leases = tmp_path / "leases"
+    providers: list[dict[str, Any]] = [{"name": "local", "max_concurrent": 2}]
+    if _DOCKER_SKIP is None:
+        providers.append({"name": "docker"})
+    fleet_config = {"providers": providers, "lease_dir": str(leases), "lease_ttl_s": 10, "heartbeat_s": 1}
+    script = tmp_path / "owner.py"
+    script.write_text(textwrap.dedent(OWNER))
+    env = {**os.environ, "ENVHUB_FLEET": json.dumps(fleet_config), "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(len(providers) + 1)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, "the owner process died before opening its sandboxes"
+        opened = json.loads(line)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        wait_orphaned_children()
+        yield proc.pid, opened, leases
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        # Whatever the test did not reap goes now, so a failure leaves nothing running.
+        reap(find_orphans(LeaseBook(leases, 10), owners={proc.pid}), LeaseBook(leases, 10))
+
+
+def test_the_reaper_reclaims_what_a_killed_owner_left(killed_owner: tuple[int, list[str], Path]) -> None:
+    pid, opened, leases = killed_owner
+    book = LeaseBook(leases, 10)
+    assert opened == ["local", "local", "docker"][: len(opened)]
+    held = book.leases()
+    assert sorted(lease.provider for lease in held) == sorted(opened)
+    assert all(lease.owner_pid == pid for lease in held)
+    scratch = [Path(lease.ref) for lease in held if lease.provider == "local"]
+    containers = [lease.ref for lease in held if lease.provider == "docker"]
+    assert all(p.is_dir() for p in scratch)
+
+    orphans = find_orphans(book, owners={pid})
+    assert {(o.provider, o.ref) for o in orphans} >= {(lease.provider, lease.ref) for lease in held}
+    assert all("dead" in o.why for o in orphans if o.lease_id)
+
+    dry = CliRunner().invoke(
+        app, ["fleet", "reap", "--dry-run", "--owner", str(pid), "--lease-dir", str(leases)]
+    )
+    assert dry.exit_code == 0 and dry.output.count("would remove") == len(orphans), dry.output
+    assert all(p.is_dir() for p in scratch) and len(book.leases()) == len(held)  # a dry run removes nothing
+
+    status = CliRunner().invoke(app, ["fleet", "status", "--lease-dir", str(leases)])
+    assert status.exit_code == 0 and "orphans" in status.output
+
+    done = CliRunner().invoke(app, ["fleet", "reap", "--owner", str(pid), "--lease-dir", str(leases)])
+    assert done.exit_code == 0 and done.output.count("removed") >= len(held), done.output
+    assert not any(p.exists() for p in scratch) and book.leases() == []
+    mounts = Path("/proc/self/mounts").read_text()
+    assert not any(str(p) in mounts for p in scratch), "a scratch tmpfs is still mounted"
+    if containers:
+        import docker
+
+        client = docker.from_env()
+        try:
+            for cid in containers:
+                with pytest.raises(docker.errors.NotFound):
+                    client.containers.get(cid)
+        finally:
+            client.close()
+    assert find_orphans(book, owners={pid}) == []
