@@ -201,7 +201,7 @@ def test_an_expired_lease_of_another_host_is_reclaimed_a_live_one_is_not(tmp_pat
     now = [1000.0]
     book = LeaseBook(tmp_path, ttl_s=30, clock=lambda: now[0])
     try:
-        lease = book.grant("docker", container.id).model_copy(update={"host": "another-host"})
+        lease = book.grant("docker", str(container.id)).model_copy(update={"host": "another-host"})
         book._write(lease)
         assert find_orphans(book, providers=("docker",)) == []  # not expired yet
         now[0] += 31
