@@ -37,6 +37,9 @@ class Provider(BaseModel):
     """Creations per second on average (None: no limit); provider APIs and engines refuse bursts."""
     burst: int = Field(default=1, ge=1)
     """Creations that may start at once after a quiet spell."""
+    retry_after_s: float = Field(default=5.0, ge=0)
+    """After a failed create the provider is passed over this long: a dead engine costs one failed
+    attempt per interval, not one per sandbox."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Passed to the backend's `create` (e.g. e2b's request_timeout)."""
 

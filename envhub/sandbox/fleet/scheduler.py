@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -55,6 +56,7 @@ class Fleet:
         self.failures: list[str] = []
         """Why a provider was passed over for a failure (not for a full quota), in order."""
         self._waiters: list[asyncio.Future[None]] = []
+        self._failed_at: dict[str, float] = {}
 
     async def open(
         self, policy: IsolationPolicy, image: str | None = None, options: dict[str, Any] | None = None
@@ -64,7 +66,7 @@ class Fleet:
             refusals: list[str] = []
             wait = False
             for provider in self.config.providers:
-                if (why := self._refusal(provider, policy, image)) is not None:
+                if (why := self._refusal(provider, policy, image) or self._resting(provider)) is not None:
                     refusals.append(f"{provider.name}: {why}")
                     continue
                 quota = self.quotas[provider.name]
@@ -78,6 +80,7 @@ class Fleet:
                     sandbox = await self._make(provider, policy, image, options or {})
                 except FAILOVER_ERRORS as exc:
                     self._give_back(provider.name)
+                    self._failed_at[provider.name] = time.monotonic()
                     refusals.append(f"{provider.name}: {type(exc).__name__}: {exc}")
                     self.failures.append(refusals[-1])
                     continue
@@ -105,6 +108,13 @@ class Fleet:
         except ValueError as exc:
             return str(exc)
         return None
+
+    def _resting(self, provider: Provider) -> str | None:
+        """Why a provider that just failed is passed over, until its retry_after_s has passed."""
+        failed = self._failed_at.get(provider.name)
+        if failed is None or (ago := time.monotonic() - failed) >= provider.retry_after_s:
+            return None
+        return f"failed {ago:.1f} s ago; tried again {provider.retry_after_s:g} s after a failure"
 
     async def _make(
         self, provider: Provider, policy: IsolationPolicy, image: str | None, options: dict[str, Any]
