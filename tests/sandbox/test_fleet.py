@@ -30,7 +30,7 @@ from envhub.sandbox.fleet import Fleet, FleetConfig, LeaseBook, Provider, TokenB
 from envhub.sandbox.fleet.reaper import find_orphans, reap
 from tests.envhub_testkit.leaks import descendants
 from tests.sandbox.conftest import _DOCKER_SKIP, DOCKER_IMAGE
-from tests.sandbox.e2b_double import bwrap_missing
+from tests.sandbox.e2b_double import E2BDouble, bwrap_missing
 
 pytestmark = [
     pytest.mark.skipif(bwrap_missing() is not None, reason=bwrap_missing() or ""),
@@ -266,13 +266,28 @@ def _state(pid: int) -> str:
 
 
 @pytest.fixture
-def killed_owner(tmp_path: Path) -> Iterator[tuple[int, list[str], Path]]:
-    """A process that opened sandboxes through the fleet (local while its quota of 2 lasts, then docker
-    when an engine is here), then was killed with SIGKILL: its pid, its providers, its lease dir."""
+def e2b_double(monkeypatch: pytest.MonkeyPatch) -> Iterator[E2BDouble]:
+    """The local double of E2B's API, and the SDK (here and in child processes) pointed at it."""
+    fake = E2BDouble().start()
+    monkeypatch.setenv("E2B_API_KEY", fake.api_key)
+    monkeypatch.setenv("E2B_API_URL", fake.api_url)
+    monkeypatch.setenv("E2B_SANDBOX_URL", fake.sandbox_url)
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def killed_owner(tmp_path: Path, e2b_double: E2BDouble) -> Iterator[tuple[int, list[str], Path]]:
+    """A process that opened sandboxes through the fleet (local while its quota of 2 lasts, then one
+    container when an engine is here, then E2B), then was killed with SIGKILL: its pid, its providers,
+    its lease dir."""
     leases = tmp_path / "leases"
     providers: list[dict[str, Any]] = [{"name": "local", "max_concurrent": 2}]
     if _DOCKER_SKIP is None:
-        providers.append({"name": "docker"})
+        providers.append({"name": "docker", "max_concurrent": 1})
+    providers.append({"name": "e2b"})
     fleet_config = {"providers": providers, "lease_dir": str(leases), "lease_ttl_s": 10, "heartbeat_s": 1}
     script = tmp_path / "owner.py"
     script.write_text(textwrap.dedent(OWNER))
@@ -297,20 +312,29 @@ def killed_owner(tmp_path: Path) -> Iterator[tuple[int, list[str], Path]]:
         reap(find_orphans(LeaseBook(leases, 10), owners={proc.pid}), LeaseBook(leases, 10))
 
 
-def test_the_reaper_reclaims_what_a_killed_owner_left(killed_owner: tuple[int, list[str], Path]) -> None:
+def test_the_reaper_reclaims_what_a_killed_owner_left(
+    killed_owner: tuple[int, list[str], Path], e2b_double: E2BDouble
+) -> None:
     pid, opened, leases = killed_owner
     book = LeaseBook(leases, 10)
-    assert opened == ["local", "local", "docker"][: len(opened)]
+    expected = ["local", "local", "docker", "e2b"] if _DOCKER_SKIP is None else ["local", "local", "e2b"]
+    assert opened == expected
     held = book.leases()
     assert sorted(lease.provider for lease in held) == sorted(opened)
     assert all(lease.owner_pid == pid for lease in held)
     scratch = [Path(lease.ref) for lease in held if lease.provider == "local"]
     containers = [lease.ref for lease in held if lease.provider == "docker"]
+    (remote,) = [lease.ref for lease in held if lease.provider == "e2b"]
+    assert [s.sandbox_id for s in e2b_double.live()] == [remote]
     assert all(p.is_dir() for p in scratch)
 
     orphans = find_orphans(book, owners={pid})
     assert {(o.provider, o.ref) for o in orphans} >= {(lease.provider, lease.ref) for lease in held}
     assert all("dead" in o.why for o in orphans if o.lease_id)
+    # Without the leases, the owner marks alone find the same sandboxes: scratch names, container
+    # labels, E2B metadata (listed through the SDK against the double).
+    by_marks = {(o.provider, o.ref) for o in find_orphans(None, owners={pid})}
+    assert by_marks >= {(lease.provider, lease.ref) for lease in held}
 
     dry = CliRunner().invoke(
         app, ["fleet", "reap", "--dry-run", "--owner", str(pid), "--lease-dir", str(leases)]
@@ -336,4 +360,5 @@ def test_the_reaper_reclaims_what_a_killed_owner_left(killed_owner: tuple[int, l
                     client.containers.get(cid)
         finally:
             client.close()
+    assert e2b_double.live() == [], "the E2B sandbox still runs (billed until it expires)"
     assert find_orphans(book, owners={pid}) == []
