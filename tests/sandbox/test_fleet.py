@@ -218,6 +218,36 @@ def test_an_expired_lease_of_another_host_is_reclaimed_a_live_one_is_not(tmp_pat
         client.close()
 
 
+@needs_docker
+async def test_a_fleet_reaps_orphans_in_the_background_when_it_starts(tmp_path: Path) -> None:
+    """The next run cleans up after the last: its fleet's first open sweeps the lease directory."""
+    import docker
+
+    client = docker.from_env()
+    container = client.containers.run(DOCKER_IMAGE, ["sleep", "infinity"], detach=True, network_mode="none")
+    book = LeaseBook(tmp_path / "leases", ttl_s=30)
+    lease = book.grant("docker", str(container.id)).model_copy(
+        update={"host": "another-host", "expires_at": 0}
+    )
+    book._write(lease)
+    fleet = Fleet(config(tmp_path, Provider(name="local"), Provider(name="docker")))
+    try:
+        async with await fleet.open(POLICY) as sb:
+            assert sb.report().backend == "local"
+            for _ in range(600):
+                if not [c for c in client.containers.list(all=True) if c.id == container.id]:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the fleet did not reap the container of an expired lease")
+            assert [x.provider for x in fleet.book.leases()] == ["local"]  # the orphan's lease went too
+    finally:
+        fleet.close()
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True)
+        client.close()
+
+
 def test_an_expired_lease_of_a_live_owner_on_this_host_is_kept(tmp_path: Path) -> None:
     """A late heartbeat (a loaded host) must not cost a live owner its sandbox."""
     now = [0.0]

@@ -62,6 +62,9 @@ class FleetConfig(BaseModel):
     lease_ttl_s: float = Field(default=30.0, gt=0)
     """How long a lease lives without a heartbeat; an expired lease's sandbox may be reclaimed."""
     heartbeat_s: float = Field(default=5.0, gt=0)
+    reap_on_start: bool = True
+    """At its first open the fleet removes, in the background, the orphans of its providers (what
+    `envhub fleet reap` removes): a crashed run's leftovers go when the next run starts."""
 
     @model_validator(mode="after")
     def _check(self) -> Self:

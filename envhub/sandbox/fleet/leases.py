@@ -178,5 +178,10 @@ class Heartbeat:
         self._stop.set()
 
     def _run(self) -> None:
+        """Beat until stopped, or until nothing is held (the next `hold` starts a new thread)."""
         while not self._stop.wait(self.interval_s):
             self.beat()
+            with self._lock:
+                if not self._held:
+                    self._thread = None
+                    return

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -22,6 +24,8 @@ from envhub.sandbox.fleet.leases import Heartbeat, Lease, LeaseBook, default_lea
 from envhub.sandbox.fleet.limits import Quota, TokenBucket
 from envhub.sandbox.policy import IsolationPolicy
 from envhub.sandbox.results import SandboxError, SandboxUnavailable
+
+log = logging.getLogger(__name__)
 
 Create = Callable[[Any, IsolationPolicy, str | None, dict[str, Any]], Awaitable[Sandbox]]
 
@@ -57,11 +61,15 @@ class Fleet:
         """Why a provider was passed over for a failure (not for a full quota), in order."""
         self._waiters: list[asyncio.Future[None]] = []
         self._failed_at: dict[str, float] = {}
+        self._swept = not self.config.reap_on_start
 
     async def open(
         self, policy: IsolationPolicy, image: str | None = None, options: dict[str, Any] | None = None
     ) -> Sandbox:
         """A sandbox of the first provider that has room and works; SandboxUnavailable when none can."""
+        if not self._swept:
+            self._swept = True
+            threading.Thread(target=self.reap_orphans, name="envhub-fleet-reaper", daemon=True).start()
         while True:
             refusals: list[str] = []
             wait = False
@@ -93,6 +101,23 @@ class Fleet:
                     "no provider of the fleet could open a sandbox: " + "; ".join(refusals)
                 )
             await self._released()
+
+    def reap_orphans(self) -> None:
+        """Remove the orphans of this fleet's providers (envhub.sandbox.fleet.reaper); best effort: what
+        cannot be removed now is logged and tried again by the next run or `envhub fleet reap`."""
+        from envhub.sandbox.fleet.reaper import find_orphans, reap
+
+        try:
+            orphans = find_orphans(self.book, providers=[p.name for p in self.config.providers])
+            for orphan, error in reap(orphans, self.book).items():
+                if error is None:
+                    log.info("removed %s %s %s (%s)", orphan.provider, orphan.kind, orphan.ref, orphan.why)
+                else:
+                    log.warning(
+                        "could not remove %s %s %s: %s", orphan.provider, orphan.kind, orphan.ref, error
+                    )
+        except Exception:
+            log.exception("the fleet's sweep of orphaned sandboxes failed; `envhub fleet reap` retries it")
 
     def close(self) -> None:
         """Stop renewing leases (the sandboxes' own close releases theirs)."""
