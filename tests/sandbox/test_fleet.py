@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import os
 import signal
@@ -147,8 +146,8 @@ async def test_open_fleet_through_the_public_entry_point(
 
 
 async def test_creations_are_spread_by_the_rate_limit(tmp_path: Path) -> None:
-    """Four opens at once under 4/s (burst 1): each creation starts at least 1/rate after the one before
-    (a lower bound: a loaded host only makes the gaps longer), in the order they were asked for."""
+    """Four opens at once under 4/s (burst 1): the k-th creation starts at least k/rate after the first
+    (a lower bound: a loaded host only makes it later), and all four are made."""
     started: list[float] = []
 
     async def recording(
@@ -161,8 +160,8 @@ async def test_creations_are_spread_by_the_rate_limit(tmp_path: Path) -> None:
     boxes = await asyncio.gather(*(fleet.open(POLICY) for _ in range(4)))
     try:
         assert len(started) == 4 and fleet.opened == {"local": 4}
-        gaps = [b - a for a, b in itertools.pairwise(started)]
-        assert all(gap >= 0.25 - 0.02 for gap in gaps), gaps
+        after_first = [t - started[0] for t in started]
+        assert all(after >= k / 4.0 - 0.02 for k, after in enumerate(after_first)), after_first
     finally:
         await close_all(list(boxes))
         fleet.close()
@@ -178,7 +177,7 @@ async def test_a_lease_is_written_renewed_by_the_heartbeat_and_released(tmp_path
         (lease,) = fleet.book.leases()
         assert lease.owner_pid == os.getpid() and lease.provider == "local"
         assert lease.ref.startswith(os.path.join(tempfile.gettempdir(), "envhub-sandbox-"))
-        for _ in range(200):  # the heartbeat moves the expiry on
+        for _ in range(600):  # the heartbeat moves the expiry on
             await asyncio.sleep(0.05)
             (now,) = fleet.book.leases()
             if now.expires_at > lease.expires_at:
