@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import os
+import shutil
 import signal
 import socket
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
@@ -54,6 +56,9 @@ from envhub.sandbox.slots import Slot, slot_pool
 
 KILL_GRACE_S = 5.0
 """How long a SIGKILLed command may take to die and close its pipes before the host gives up on it."""
+SETPRIV = shutil.which("setpriv", path=DEFAULT_PATH)
+"""util-linux's setpriv: as root, it drops each bubblewrap start to the slot's uid (real, effective and
+saved; its gid likewise, no supplementary groups), which lets subprocess start it with a vfork."""
 
 
 class LocalSandbox(Sandbox):
@@ -80,6 +85,7 @@ class LocalSandbox(Sandbox):
         self._server_lock = asyncio.Lock()
         self._server_error: str | None = None
         """Why this sandbox's exec server could not start; its commands then each get a bwrap."""
+        self._on_closed: list[Callable[[], None]] = []
 
     @classmethod
     async def create(cls, policy: IsolationPolicy, *, start_server: bool = False) -> LocalSandbox:
@@ -181,6 +187,27 @@ class LocalSandbox(Sandbox):
             lines.insert(-1, f"ulimit -t {math.ceil(p.wall_time_s * max(1.0, p.cpus)) + 1}")
         return ["/bin/sh", "-c", "\n".join(lines), "envhub-sandbox"]
 
+    def _command_line(
+        self,
+        argv: list[str],
+        *,
+        env: Mapping[str, str] | None,
+        workdir: str,
+        seccomp_fd: int | None,
+        status_fd: int,
+        persistent: bool,
+        server: bool,
+    ) -> list[str]:
+        """The one builder of a bubblewrap start, for a command and for the exec server alike: the drop
+        to the slot's uid (as root, by `setpriv`), the launcher, bwrap with its arguments, then argv."""
+        line = self._launcher(cpu_rlimit=not persistent)
+        line += self._bwrap_args(env or {}, workdir, seccomp_fd, status_fd, server=server)
+        line += ["--", *argv]
+        if os.geteuid() == 0 and SETPRIV is not None:
+            uid = self._slot.uid
+            line = [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *line]
+        return line
+
     async def _start(
         self,
         argv: list[str],
@@ -199,19 +226,22 @@ class LocalSandbox(Sandbox):
         `server_fd` starts the exec server: that socket is passed in, and argv runs as pid 1.
         """
         self._check_open()
-        workdir = str(sandbox_path(cwd, self.policy.workdir)) if cwd else self.policy.workdir
         sec_fd = seccomp.memfd() if self.policy.seccomp and seccomp.supported() else None
         status_r, status_w = os.pipe()
         fds = (status_w,) if sec_fd is None else (status_w, sec_fd)
         try:
-            server = server_fd is not None
-            cmd = (
-                self._launcher(cpu_rlimit=not persistent)
-                + self._bwrap_args(env or {}, workdir, sec_fd, status_w, server=server)
-                + ["--", *argv]
+            cmd = self._command_line(
+                argv,
+                env=env,
+                workdir=self._workdir(cwd),
+                seccomp_fd=sec_fd,
+                status_fd=status_w,
+                persistent=persistent,
+                server=server_fd is not None,
             )
-            uid = self._slot.uid
-            as_root = os.geteuid() == 0
+            # Without setpriv the uid is dropped by subprocess itself, which then forks the whole host
+            # process instead of a vfork: several milliseconds more, with the event loop blocked.
+            ids = self._slot.uid if os.geteuid() == 0 and SETPRIV is None else None
             proc = await asyncio.create_subprocess_exec(
                 *cmd,
                 stdin=stdin,
@@ -222,9 +252,9 @@ class LocalSandbox(Sandbox):
                 pass_fds=fds if server_fd is None else (*fds, server_fd),
                 start_new_session=True,
                 limit=4 * self.policy.max_output_bytes + 65536,  # one worker reply line
-                user=uid if as_root else None,
-                group=uid if as_root else None,
-                extra_groups=[] if as_root else None,
+                user=ids,
+                group=ids,
+                extra_groups=None if ids is None else [],
             )
         except BaseException:
             # Cancelled while starting: asyncio killed bwrap, but an init bwrap had already cloned dies
@@ -236,6 +266,10 @@ class LocalSandbox(Sandbox):
                 os.close(fd)
         self._children.add(proc)
         return proc, status_r
+
+    def _workdir(self, cwd: str | None) -> str:
+        """A command's working directory in the sandbox: `cwd` (relative to the workdir), or the workdir."""
+        return str(sandbox_path(cwd, self.policy.workdir)) if cwd else self.policy.workdir
 
     async def exec(
         self,
@@ -254,32 +288,38 @@ class LocalSandbox(Sandbox):
             async with self._server_lock:
                 server = await self._server_or_none()
                 if server is not None:
-                    return await self._exec_on_server(server, argv, data, limit, env, cwd)
+                    on_server = functools.partial(
+                        server.run,
+                        argv,
+                        env=self._command_env(env),
+                        cwd=self._workdir(cwd),
+                        timeout=limit,
+                        stdin=data,
+                        cap=self.policy.max_output_bytes,
+                    )
+                    return await self._measured(on_server)
         return await self._exec_in_own_namespaces(argv, data, limit, env, cwd)
 
-    async def _exec_on_server(
+    async def _exec_in_own_namespaces(
         self,
-        server: ExecServer,
         argv: list[str],
         stdin: bytes | None,
         limit: float,
         env: Mapping[str, str] | None,
         cwd: str | None,
     ) -> ExecResult:
+        """The command in a bubblewrap of its own: fresh namespaces, torn down when it ends."""
+        own = functools.partial(self._run_in_own_namespaces, argv, stdin, limit, env, cwd)
+        return await self._measured(own)
+
+    async def _measured(self, run: Callable[[], Awaitable[Outcome]]) -> ExecResult:
+        """A command's result, with the slot's counters (CPU, peak memory, OOM kills) read around it."""
         loop = asyncio.get_running_loop()
         slot = self._slot
         slot.reset_counters()
         oom_before = slot.oom_kills()
         started = loop.time()
-        workdir = str(sandbox_path(cwd, self.policy.workdir)) if cwd else self.policy.workdir
-        outcome = await server.run(
-            argv,
-            env=self._command_env(env),
-            cwd=workdir,
-            timeout=limit,
-            stdin=stdin,
-            cap=self.policy.max_output_bytes,
-        )
+        outcome = await run()
         oom = slot.oom_kills() > oom_before
         if outcome.lost and not oom:
             raise SandboxError(
@@ -360,19 +400,15 @@ class LocalSandbox(Sandbox):
         if server is not None:
             await server.stop()
 
-    async def _exec_in_own_namespaces(
+    async def _run_in_own_namespaces(
         self,
         argv: list[str],
         stdin: bytes | None,
         limit: float,
         env: Mapping[str, str] | None,
         cwd: str | None,
-    ) -> ExecResult:
-        """The command in a bubblewrap of its own: fresh namespaces, torn down when it ends."""
+    ) -> Outcome:
         loop = asyncio.get_running_loop()
-        slot = self._slot
-        slot.reset_counters()
-        oom_before = slot.oom_kills()
         started = loop.time()
         pipe = asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL
         proc, status_r = await self._start(argv, env=env, cwd=cwd, stdin=pipe)
@@ -408,15 +444,13 @@ class LocalSandbox(Sandbox):
                 await asyncio.shield(self._reap_init(status))
             else:
                 self._reap_later(status)
-        wall = loop.time() - started
         if "child-pid" not in status and not timed_out:
             raise SandboxError(
                 f"bubblewrap could not set up the sandbox (exit {proc.returncode}): "
                 f"{err.data.decode(errors='replace').strip()}"
             )
         assert proc.returncode is not None
-        outcome = Outcome(proc.returncode, timed_out, out.data, err.data, out.cut or err.cut)
-        return self._result(outcome, slot.oom_kills() > oom_before, wall)
+        return Outcome(proc.returncode, timed_out, out.data, err.data, out.cut or err.cut)
 
     async def _spawn(
         self, argv: list[str], *, env: Mapping[str, str] | None = None
@@ -570,6 +604,14 @@ class LocalSandbox(Sandbox):
             area.mkdir(mode=0o700)
             os.chown(area, self._slot.uid, self._slot.uid)
 
+    def on_closed(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once this sandbox is closed and its resources are free (at once if it is):
+        how the spares start a taken spare's replacement when the episode ends."""
+        if self._closed:
+            callback()
+        else:
+            self._on_closed.append(callback)
+
     async def _close(self) -> None:
         try:
             await self._stop_server()
@@ -582,6 +624,8 @@ class LocalSandbox(Sandbox):
                 await asyncio.to_thread(remove_scratch, self._scratch)
             finally:
                 slot_pool().release(self._slot)
+                for callback in self._on_closed:
+                    callback()
 
     def abandon(self) -> None:
         """Close without an event loop, when none is left to do it (interpreter exit): SIGKILL what runs
