@@ -1,11 +1,12 @@
 """`envhub bench sandbox`: what isolation costs, side by side with a plain subprocess (and Docker).
 
 Each row runs the same work through a plain `asyncio` subprocess (the baseline), the local backend and,
-when an engine and the image are present, the docker backend. Medians (p50) of `iterations` runs.
+when an engine and the image are present, the docker backend. Medians (p50) of `iterations` runs; the
+baseline's runs alternate with the local backend's, so that a ratio compares runs of the same seconds.
 
 A cold start is measured three ways, since the local backend keeps a started spare for the default
-policy: back to back (the next open comes before a spare can be ready), with a spare ready (the wait for
-it is not timed: what an episode sees when episodes start slower than spares are made), and with a
+policy: back to back (the next open comes before a spare can be ready), with the spares ready (the wait
+for them is not timed: what an episode sees when episodes start slower than spares are made), and with a
 policy of the sandbox's own (no spare: the exec server starts with the first command).
 """
 
@@ -53,6 +54,22 @@ async def _p50_ms(fn: Timed, n: int, *, untimed: Timed | None = None) -> float:
     return statistics.median(samples) * 1000
 
 
+async def _paired_p50_ms(
+    fn: Timed, base: Timed, n: int, *, untimed: Timed | None = None
+) -> tuple[float, float]:
+    """Medians of `fn` and of its baseline, run alternately (`untimed` before each): on a shared host the
+    load drifts from minute to minute, and a ratio of figures taken apart would measure the drift."""
+    samples: dict[Timed, list[float]] = {fn: [], base: []}
+    for _ in range(n):
+        for each in (base, fn):
+            if untimed is not None:
+                await untimed()
+            start = time.perf_counter()
+            await each()
+            samples[each].append(time.perf_counter() - start)
+    return statistics.median(samples[fn]) * 1000, statistics.median(samples[base]) * 1000
+
+
 async def _per_second(make: Timed, n: int, workers: int = 2) -> float:
     async def worker() -> None:
         for _ in range(n // workers):
@@ -71,6 +88,10 @@ async def _subprocess(*argv: str, stdin: bytes | None = None) -> None:
         stderr=asyncio.subprocess.PIPE,
     )
     await proc.communicate(stdin)
+
+
+async def _plain_python() -> None:
+    await _subprocess(PY, "-c", "pass")
 
 
 async def _plain_worker_p50(n: int) -> float:
@@ -98,34 +119,74 @@ async def _plain_worker_p50(n: int) -> float:
         await proc.wait()
 
 
-async def _spare_ready() -> None:
-    """Wait until this loop's spare local sandbox has started, so that the next open takes it."""
+async def _spares_made() -> None:
+    """Wait until this loop's spare local sandboxes are all started: nothing of ours is left running in
+    the background, and the next open takes a spare."""
     if spare_count() == 0:
         return  # spares are off (ENVHUB_SANDBOX_SPARES=0): every open starts a sandbox
     async with asyncio.timeout(60):
-        while spares_idle() < 1:  # noqa: ASYNC110 - the spares have no event to wait on
+        while spares_idle() < spare_count():  # noqa: ASYNC110 - the spares have no event to wait on
             await asyncio.sleep(0.005)
 
 
-async def _backend_rows(backend: str, n: int, image: str | None) -> dict[str, float | None]:
+async def _local_rows(n: int) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """The local backend's figures and, per row, the plain subprocess's measured alongside them."""
     policy = IsolationPolicy()
     own = IsolationPolicy(memory_mb=384)  # any policy but the default: no spare is kept for it
+    base: dict[str, float | None] = {}
+    out: dict[str, float | None] = {}
 
     async def cold(policy: IsolationPolicy = policy) -> None:
-        async with sandbox.open(backend, policy=policy, image=image) as sb:  # type: ignore[arg-type]
-            await sb.exec([PY if backend == "local" else "python3", "-c", "pass"])
+        async with sandbox.open("local", policy=policy) as sb:
+            await sb.exec([PY, "-c", "pass"])
+
+    async with sandbox.open("local"):
+        pass  # the first open makes this loop's spares: let them start before anything is timed
+    await _spares_made()
+    base["cold"] = await _p50_ms(_plain_python, n)  # back to back keeps spares warming: measured apart
+    out["cold"] = await _p50_ms(cold, n)
+    out["ready"], base["ready"] = await _paired_p50_ms(cold, _plain_python, n, untimed=_spares_made)
+    await _spares_made()
+    out["own"], base["own"] = await _paired_p50_ms(lambda: cold(own), _plain_python, n)
+    async with sandbox.open("local") as sb:
+        await _spares_made()  # the replacement for the spare just taken
+        python, true = [PY, "-c", "pass"], ["true"]
+        out["warm"], base["warm"] = await _paired_p50_ms(lambda: _discard(sb.exec(python)), _plain_python, n)
+        out["true"], base["true"] = await _paired_p50_ms(
+            lambda: _discard(sb.exec(true)), lambda: _subprocess("true"), n
+        )
+        try:
+            py = await sb.python()
+        except sandbox.SandboxUnavailable:
+            out["worker"] = None
+        else:
+            async with py:
+                out["worker"] = await _p50_ms(lambda: _discard(py.run("pass")), max(n, 200))
+    base["worker"] = await _plain_worker_p50(max(n, 200))
 
     async def create() -> None:
-        async with sandbox.open(backend, policy=policy, image=image):  # type: ignore[arg-type]
+        async with sandbox.open("local"):
             pass
 
-    out: dict[str, float | None] = {}
-    out["cold"] = await _p50_ms(cold, n)
-    out["ready"] = await _p50_ms(cold, n, untimed=_spare_ready) if backend == "local" else None
-    out["own"] = await _p50_ms(lambda: cold(own), n)
-    async with sandbox.open(backend, policy=policy, image=image) as sb:  # type: ignore[arg-type]
-        python = PY if backend == "local" else "python3"
-        out["warm"] = await _p50_ms(lambda: _discard(sb.exec([python, "-c", "pass"])), n)
+    base["rate"] = await _per_second(lambda: _subprocess("true"), max(4, n))
+    out["rate"] = await _per_second(create, max(4, n))
+    return out, base
+
+
+async def _docker_rows(n: int, image: str | None) -> dict[str, float | None]:
+    policy = IsolationPolicy()
+
+    async def cold() -> None:
+        async with sandbox.open("docker", policy=policy, image=image) as sb:
+            await sb.exec(["python3", "-c", "pass"])
+
+    async def create() -> None:
+        async with sandbox.open("docker", policy=policy, image=image):
+            pass
+
+    out: dict[str, float | None] = {"cold": await _p50_ms(cold, n), "ready": None, "own": None}
+    async with sandbox.open("docker", policy=policy, image=image) as sb:
+        out["warm"] = await _p50_ms(lambda: _discard(sb.exec(["python3", "-c", "pass"])), n)
         out["true"] = await _p50_ms(lambda: _discard(sb.exec(["true"])), n)
         try:
             py = await sb.python()
@@ -144,26 +205,17 @@ async def _discard(aw: Awaitable[object]) -> None:
 
 async def measure(iterations: int = 50, *, docker: bool | None = None, image: str | None = None) -> list[Row]:
     """Run every comparison; `docker=None` includes Docker when an engine and the image are present."""
-    plain_python = await _p50_ms(lambda: _subprocess(PY, "-c", "pass"), iterations)
-    base: dict[str, float | None] = {
-        "cold": plain_python,
-        "ready": plain_python,
-        "own": plain_python,
-        "warm": await _p50_ms(lambda: _subprocess(PY, "-c", "pass"), iterations),
-        "true": await _p50_ms(lambda: _subprocess("true"), iterations),
-        "worker": await _plain_worker_p50(max(iterations, 200)),
-        "rate": await _per_second(lambda: _subprocess("true"), max(4, iterations)),
-    }
-    columns = {"subprocess": base, "local": await _backend_rows("local", iterations, None)}
+    local, base = await _local_rows(iterations)
+    columns = {"subprocess": base, "local": local}
     if docker is not False:
         try:
-            columns["docker"] = await _backend_rows("docker", max(3, iterations // 10), image)
+            columns["docker"] = await _docker_rows(max(3, iterations // 10), image)
         except sandbox.SandboxUnavailable:
             if docker:
                 raise
     labels = {
         "cold": ("cold start", "open + `python -c pass` + close, back to back, p50", "ms"),
-        "ready": ("ready start", "the same, with a started spare ready (local only), p50", "ms"),
+        "ready": ("ready start", "the same, with the spares started (untimed wait; local only), p50", "ms"),
         "own": ("own policy", "the same, with a policy of its own (no spare), p50", "ms"),
         "warm": ("python", "`python -c pass` in an open sandbox, p50", "ms"),
         "true": ("exec", "`true` in an open sandbox (exec overhead), p50", "ms"),
@@ -191,7 +243,11 @@ def to_table(rows: list[Row]) -> Group:
         ratio = f"{local / base:.2f}x" if base and local else "n/a"
         table.add_row(f"{row.name} ({row.unit})", *cells, ratio)
     legend = [f"{row.name}: {row.metric}" for row in rows]
-    return Group(table, Text("\n".join([*legend, "ratio: local / subprocess"]), style="dim"))
+    notes = [
+        "ratio: local / subprocess; the subprocess runs alternate with the local ones, run by run (cold"
+        " start: measured just before, since back to back opens keep spares warming)"
+    ]
+    return Group(table, Text("\n".join([*legend, *notes]), style="dim"))
 
 
 def run_benchmark(iterations: int = 50, *, docker: bool | None = None, image: str | None = None) -> Group:
