@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -356,6 +357,12 @@ def test_the_reaper_reclaims_what_a_killed_owner_left(
     (remote,) = [lease.ref for lease in held if lease.provider == "e2b"]
     assert [s.sandbox_id for s in e2b_double.live()] == [remote]
     assert all(p.is_dir() for p in scratch)
+    if containers:
+        import docker
+
+        with contextlib.closing(docker.from_env()) as client:
+            labels = client.containers.get(containers[0]).labels
+        assert labels["envhub.owner"] == str(pid) and labels["envhub.host"] == socket.gethostname()
 
     orphans = find_orphans(book, owners={pid})
     assert {(o.provider, o.ref) for o in orphans} >= {(lease.provider, lease.ref) for lease in held}
