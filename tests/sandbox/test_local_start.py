@@ -3,46 +3,61 @@ capability, whether `setpriv` drops them (what lets subprocess vfork) or subproc
 
 from __future__ import annotations
 
-import asyncio
+import json
 import os
-from pathlib import Path
+import subprocess
+import sys
 
 import pytest
-
-import envhub.sandbox as sandbox
-from envhub.sandbox import local
-from envhub.sandbox.local import LocalSandbox
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the uid drop happens only as root")
 
 STATUS_FIELDS = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapAmb")
 
+# Run in a fresh interpreter that holds supplementary groups (root here holds none), so that one
+# left on would show: on the host as itself, inside the sandbox as the overflow gid 65534.
+_SCRIPT = """
+import asyncio, json, os, sys
+import envhub.sandbox as sandbox
+from envhub.sandbox import local
 
-def _status(text: str) -> dict[str, str]:
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    return {key: fields[key].strip() for key in STATUS_FIELDS}
+FIELDS = {fields!r}
 
+def status(text):
+    lines = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return {{key: lines[key].strip() for key in FIELDS}}
 
-def _expected(uid: int) -> dict[str, str]:
-    ids = "\t".join([str(uid)] * 4)  # real, effective, saved and filesystem ids alike
-    return {"Uid": ids, "Gid": ids, "Groups": "", **{cap: "0" * 16 for cap in STATUS_FIELDS[3:]}}
+async def main():
+    if sys.argv[1] == "subprocess":
+        local.SETPRIV = None  # a host without setpriv: subprocess drops the ids itself
+    os.setgroups([0, 4, 27])
+    async with sandbox.open("local", spare=False) as sb:
+        served = await sb.exec("cat /proc/self/status")
+        server = next(iter(sb._inits.values()))  # the exec server's pid on the host
+        with open(f"/proc/{{server}}/status") as f:
+            host = f.read()
+        own = await sb._exec_in_own_namespaces(["cat", "/proc/self/status"], None, 20, None, None)
+        print(json.dumps({{
+            "uid": sb._slot.uid,
+            "setpriv": local.SETPRIV,
+            "host": status(host),
+            "served": status(served.stdout),
+            "own": status(own.stdout),
+        }}))
+
+asyncio.run(main())
+"""
 
 
 @pytest.mark.parametrize("drop", ["setpriv", "subprocess"])
-async def test_sandbox_processes_hold_the_slot_uid_alone(drop: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    if drop == "subprocess":
-        monkeypatch.setattr(local, "SETPRIV", None)  # a host without setpriv: subprocess drops the ids
-    else:
-        assert local.SETPRIV is not None, "util-linux's setpriv is missing on this host"
-    async with sandbox.open("local", spare=False) as sb:
-        assert isinstance(sb, LocalSandbox)
-        uid = sb._slot.uid
-        served = await sb.exec("cat /proc/self/status")
-        server = next(iter(sb._inits.values()))  # the exec server, as the host sees it
-        on_host = _status(await asyncio.to_thread(Path(f"/proc/{server}/status").read_text))
-        own = await sb._exec_in_own_namespaces(["cat", "/proc/self/status"], None, 20, None, None)
-    assert on_host == _expected(uid)
-    # Inside, a supplementary group left on would show as the overflow gid (65534): none must.
-    for result in (served, own):
-        assert result.ok, result.stderr
-        assert _status(result.stdout) == _expected(uid)
+def test_sandbox_processes_hold_the_slot_uid_alone(drop: str) -> None:
+    script = _SCRIPT.format(fields=STATUS_FIELDS)
+    done = subprocess.run([sys.executable, "-c", script, drop], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert (seen["setpriv"] is not None) == (drop == "setpriv"), "util-linux's setpriv is missing here"
+    ids = "\t".join([str(seen["uid"])] * 4)  # real, effective, saved and filesystem ids alike
+    expected = {"Uid": ids, "Gid": ids, "Groups": "", **{cap: "0" * 16 for cap in STATUS_FIELDS[3:]}}
+    assert seen["host"] == expected  # the exec server, as the host sees it
+    assert seen["served"] == expected  # a command the exec server ran
+    assert seen["own"] == expected  # a command in a bubblewrap of its own
