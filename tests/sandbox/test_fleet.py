@@ -143,6 +143,22 @@ async def test_open_fleet_through_the_public_entry_point(
     scheduler.shared_fleet().close()
 
 
+async def test_a_fork_of_a_fleet_sandbox_is_leased_and_counted(tmp_path: Path) -> None:
+    fleet = Fleet(config(tmp_path, Provider(name="local", max_concurrent=1)))
+    parent = await fleet.open(POLICY)
+    try:
+        await parent.write_file("state.txt", "kept")
+        child = await parent.fork()  # past the quota of 1: a fork has nowhere else to go
+        assert await child.read_file("state.txt") == b"kept" and child.report().backend == "local"
+        assert fleet.quotas["local"].in_use == 2 and len(fleet.book.leases()) == 2
+        await child.close()
+        assert fleet.quotas["local"].in_use == 1 and len(fleet.book.leases()) == 1
+    finally:
+        await parent.close()
+        fleet.close()
+    assert fleet.quotas["local"].in_use == 0 and fleet.book.leases() == []
+
+
 # -- rate limits -------------------------------------------------------------------------------------
 
 

@@ -154,7 +154,8 @@ class Fleet:
         return await create(provider.name, policy, None if local else image, {**provider.options, **options})
 
     def _hand_out(self, provider: str, sandbox: Sandbox) -> Sandbox:
-        """Lease the sandbox, and make its close give back the lease and the quota."""
+        """Lease the sandbox, and make its close give back the lease and the quota; its forks (on the
+        same provider, counted even past the quota) are leased the same way."""
         engine = os.environ.get("DOCKER_HOST") if provider == "docker" else None
         try:
             lease = self.book.grant(provider, sandbox_ref(sandbox), engine)
@@ -173,7 +174,15 @@ class Fleet:
             finally:
                 self._release(provider, lease)
 
+        forking = sandbox.fork
+
+        async def fork() -> Sandbox:
+            child = await forking()
+            self.quotas[provider].take_anyway()
+            return self._hand_out(provider, child)
+
         sandbox.close = close  # type: ignore[method-assign]  # __aexit__ and callers reach this one
+        sandbox.fork = fork  # type: ignore[method-assign]  # Env.fork reaches it through __fork__
         return sandbox
 
     def _release(self, provider: str, lease: Lease) -> None:
