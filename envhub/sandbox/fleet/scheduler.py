@@ -195,7 +195,8 @@ class Fleet:
         self.quotas[provider].give_back()
         for waiter in self._waiters:
             if not waiter.done():
-                waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+                with contextlib.suppress(RuntimeError):  # its loop has closed: nobody waits there now
+                    waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
     async def _released(self) -> None:
         """Wait until some sandbox of this fleet is given back."""
