@@ -1,6 +1,6 @@
 """Fork vs fresh reset: what a child of a mid-episode env costs next to starting that env anew.
 
-python benchmarks/fork.py [--iterations N] [--payload-mib M] [--no-docker]
+python benchmarks/fork.py [--iterations N] [--payload-mib M] [--no-docker] [--parts sandbox,env,repl,browser]
 
 For each backend, a sandbox holds the swe-mini stats repository (its files, as `reset` uploads them),
 M MiB of random bytes (build outputs, a dataset the agent made) and the agent's edits; the table
@@ -8,6 +8,11 @@ compares, per child, the wall time and the disk of `sandbox.fork()` against a fr
 same repository and bytes uploaded (what `reset` pays), then at the env level `env.fork(1)` of a
 swe-mini episode after two edits against `env.reset()`. Disk is the child's writable areas as `du`
 counts them (local: the host's scratch directory; docker: inside the container, its tmpfs areas).
+
+Two rows per env whose fork replays rather than copies: tool-use-v0 with a started Python REPL (its
+child runs the session's cells again in a new interpreter) and web-tasks-v0 on fill-form after two
+fields were filled (its child opens a new browser context and replays the fills), each `env.fork(1)`
+against `env.reset()`.
 """
 
 from __future__ import annotations
@@ -118,6 +123,67 @@ async def env_rows(runtime: str, iterations: int) -> list[list[str]]:
     return rows
 
 
+REPL_CELLS = (
+    "x = 41",
+    "squares = [i * i for i in range(100_000)]",
+    "import json\ntext = json.dumps(squares)",
+)
+
+
+async def repl_rows(iterations: int) -> list[list[str]]:
+    """tool-use with a started REPL: the child's new interpreter runs the session's cells again."""
+    env = envhub.make("tool-use-v0", kind="write-report")
+    rows: list[list[str]] = []
+    try:
+        reset_s, fork_s, disk = [], [], []
+        for _ in range(iterations):
+            seconds, _ = await timed(lambda: env.reset(seed=3))
+            reset_s.append(seconds)
+            for i, code in enumerate(REPL_CELLS):
+                call = ToolCall.create("python", {"code": code}, id=f"p{i}")
+                await env.step(Message(role="assistant", tool_calls=[call]))
+            seconds, children = await timed(lambda: env.fork(1))
+            fork_s.append(seconds)
+            for child in children:
+                disk.append(disk_bytes(child.sandbox))
+                await child.close()
+        what = f"env.fork(1), REPL of {len(REPL_CELLS)} cells"
+        rows.append(["tool-use (local)", what, ms(fork_s), mib(disk)])
+        rows.append(["tool-use (local)", "env.reset()", ms(reset_s), ""])
+    finally:
+        await env.close()
+    return rows
+
+
+async def browser_rows(iterations: int) -> list[list[str]]:
+    """web-tasks fill-form after two fills: the child's new context replays them."""
+    import random
+
+    from envhub_browser.tasks import TASKS
+
+    env = envhub.make("web-tasks-v0", task="fill-form")
+    rows: list[list[str]] = []
+    try:
+        reset_s, fork_s = [], []
+        for _ in range(iterations):
+            seconds, _ = await timed(lambda: env.reset(seed=5))
+            reset_s.append(seconds)
+            fills = [s for s in TASKS["fill-form"].build(random.Random(5)).oracle if not callable(s)]
+            for i, (name, arguments) in enumerate(fills[:2]):
+                element = env.elements[arguments["element"][1:]].eid  # type: ignore[attr-defined]
+                call = ToolCall.create(name, {**arguments, "element": element}, id=f"f{i}")
+                await env.step(Message(role="assistant", tool_calls=[call]))
+            seconds, children = await timed(lambda: env.fork(1))
+            fork_s.append(seconds)
+            for child in children:
+                await child.close()
+        rows.append(["web-tasks (chromium)", "env.fork(1), 2 fills replayed", ms(fork_s), "n/a (in memory)"])
+        rows.append(["web-tasks (chromium)", "env.reset()", ms(reset_s), ""])
+    finally:
+        await env.close()
+    return rows
+
+
 def ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:.0f} ms (median of {len(values)})"
 
@@ -133,13 +199,21 @@ async def main() -> None:
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--payload-mib", type=int, default=16)
     parser.add_argument("--no-docker", action="store_true")
+    parser.add_argument("--parts", default="sandbox,env,repl,browser", help="which rows, comma-separated")
     args = parser.parse_args()
-    repo = workspace()
+    parts = set(args.parts.split(","))
     backends = ["local"] if args.no_docker else ["local", "docker"]
     rows: list[list[str]] = []
     for backend in backends:
-        rows += await sandbox_rows(backend, args.iterations, repo, os.urandom(args.payload_mib * 2**20))
-        rows += await env_rows(backend, args.iterations)
+        if "sandbox" in parts:
+            payload = os.urandom(args.payload_mib * 2**20)
+            rows += await sandbox_rows(backend, args.iterations, workspace(), payload)
+        if "env" in parts:
+            rows += await env_rows(backend, args.iterations)
+    if "repl" in parts:
+        rows += await repl_rows(args.iterations)
+    if "browser" in parts:
+        rows += await browser_rows(args.iterations)
     widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
     for row in [HEADER, *rows]:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))

@@ -8,12 +8,18 @@ error (raised out of `step`), and the next reset launches a new one.
 Every wait has a limit, so a page that never loads cannot hang an episode, and every limit is an option
 of the env, generous by default, so a busy host does not fail honest episodes: a slow page is not a
 broken one. The start page's load is tried again before reset gives up.
+
+An episode forks (`Env.fork`): each child gets a context of its own in the same browser, with the
+parent's cookies and localStorage, the parent's document reloaded from its URL and the agent's actions
+on it replayed (`envhub_browser.fork` says what is carried and what is not).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import dataclasses
 import random
 from collections.abc import Awaitable
 from typing import Any, Literal, TypeVar
@@ -24,9 +30,18 @@ from playwright.async_api import Error as PlaywrightError
 
 import envhub
 from envhub.authoring.chat import Reaction
-from envhub.core import InfrastructureError
+from envhub.core import InfrastructureError, NotForkable
 from envhub.messages import ContentPart, ImagePart, Message, TextPart, ToolCall, user
 from envhub_browser.browser import launch
+from envhub_browser.fork import (
+    Anchor,
+    BrowserUsers,
+    LoggedAction,
+    first_difference,
+    moved,
+    moved_call,
+    moved_state,
+)
 from envhub_browser.observe import observe
 from envhub_browser.server import SiteServer
 from envhub_browser.site import Element, Outcome, Site
@@ -43,6 +58,9 @@ window.addEventListener('click', e => {
 });
 """
 """Marks, synchronously inside the click or key press, a page that is about to be replaced by a navigation."""
+PLAYWRIGHT_HANDLER_CACHE = "_pw_impl_instance_"
+"""Playwright keeps its wrapper of a bound-method handler (`_gate`, `_loaded`) on the method's object
+under this prefix; a child copying it would route its own page's requests to its parent's gate."""
 CRASH_WORDS = ("has been closed", "crashed", "Target closed", "Browser closed", "Connection closed")
 
 
@@ -52,11 +70,6 @@ class ActionFailed(RuntimeError):
 
 class WebTasks(envhub.ToolEnv):
     """Web tasks in headless Chromium: observe a screenshot and a text view, act with browser tools."""
-
-    forkable = (
-        "a browser page's DOM, scripts and processes cannot be copied; start each branch with its own reset, "
-        "or replay the shared turns in a fresh episode"
-    )
 
     system_prompt = (
         "You control a web browser to complete a task. Each observation shows the page as a text view, "
@@ -122,6 +135,16 @@ class WebTasks(envhub.ToolEnv):
         self.blocked_requests = 0
         self._lock = asyncio.Lock()
         self._loading = False
+        self._browser_users = BrowserUsers()
+        self.action_log: list[LoggedAction] = []
+        """The browser tool calls of this episode, by turn: what a fork replays."""
+        self.anchor = Anchor(url="", actions=0, turn=0)
+        """The document the page shows, as a fork reopens it."""
+        self._acting_turn = 0
+        self._navigation: tuple[str, Anchor] | None = None
+        """The main frame's last navigation request (its method, the anchor it makes), until it loads."""
+        self.view = ""
+        """The text view of the latest observation, whole: a fork's child must come to the same."""
 
     # --- episode lifecycle --------------------------------------------------------------------------
 
@@ -129,15 +152,16 @@ class WebTasks(envhub.ToolEnv):
         self.drawn = self.task_name or rng.choice(sorted(TASKS))
         self.site = TASKS[self.drawn].build(rng)
         self.final_answer, self.elements, self.blocked_requests = None, {}, 0
+        self.action_log, self._acting_turn = [], 0
         origin = await self.server.start()
         self.server.site = self.site
         await self._open_in_fresh_context(origin + self.site.start)
         return [await self._observation(f"Task: {self.site.goal}\n\n")]
 
-    async def _open_in_fresh_context(self, url: str) -> None:
-        """A new browser context for the episode (nothing of the last one's cookies, storage or pages),
-        every request through the gate, and `url` loaded as its page; subclasses serving their own
-        pages (miniwob) start here."""
+    async def _open_in_fresh_context(self, url: str, storage_state: Any = None) -> None:
+        """A new browser context for the episode (nothing of the last one's cookies, storage or pages;
+        a fork's child passes its parent's `storage_state`), every request through the gate, and `url`
+        loaded as its page; subclasses serving their own pages (miniwob) start here."""
         await self._close_context()
         browser = await self._ensure_browser()
         context = self.context = await self._guard(
@@ -145,6 +169,7 @@ class WebTasks(envhub.ToolEnv):
                 viewport={"width": self.width, "height": self.height},
                 service_workers="block",
                 accept_downloads=False,
+                storage_state=storage_state,
             )
         )
         context.set_default_timeout(self.action_timeout * 1000)
@@ -184,6 +209,7 @@ class WebTasks(envhub.ToolEnv):
         }
 
     async def react(self, message: Message) -> Reaction:
+        self._acting_turn += 1
         reaction = await super().react(message)
         if reaction.done or self.final_answer is not None:
             return Reaction(observation=reaction.observation, done=True, info=reaction.info)
@@ -192,15 +218,86 @@ class WebTasks(envhub.ToolEnv):
 
     async def close(self) -> None:
         await self._close_context()
-        if self.browser is not None:
-            with contextlib.suppress(PlaywrightError):
-                await self.browser.close()
-            self.browser = None
-        if self.playwright is not None:
-            with contextlib.suppress(Exception):  # the driver may already be gone with a crashed browser
-                await self.playwright.stop()
-            self.playwright = None
+        await self._leave_browser()
         await self.server.close()
+
+    async def _leave_browser(self) -> None:
+        """Stop using the browser; the last env of a fork family to leave it stops it and its driver."""
+        browser, playwright, self.browser, self.playwright = self.browser, self.playwright, None, None
+        if browser is None and playwright is None:
+            return
+        self._browser_users.count -= 1
+        if self._browser_users.count > 0:
+            return
+        if browser is not None:
+            with contextlib.suppress(PlaywrightError):
+                await browser.close()
+        if playwright is not None:
+            with contextlib.suppress(Exception):  # the driver may already be gone with a crashed browser
+                await playwright.stop()
+
+    # --- fork -------------------------------------------------------------------------------------------
+
+    async def __fork__(self, memo: dict[int, Any]) -> WebTasks:
+        """A child in a new context of the same browser, at the parent's page (`envhub_browser.fork`)."""
+        state = self.anchor.storage
+        if state is None and self.context is not None:
+            state = await self._guard(self.context.storage_state())
+        for live in (self.context, self.page):
+            memo[id(live)] = None
+        for shared in (self.playwright, self.browser, self._browser_users):
+            memo[id(shared)] = shared
+        memo[id(self.server)] = await self.server.branch()
+        try:
+            child = await super().__fork__(memo)
+        except BaseException:
+            await memo[id(self.server)].close()
+            raise
+        for name in [n for n in vars(child) if n.startswith(PLAYWRIGHT_HANDLER_CACHE)]:
+            del vars(child)[name]  # Playwright's wrapper of the parent's handler, bound to the parent
+        if self.browser is not None or self.playwright is not None:
+            self._browser_users.count += 1
+        try:
+            if state is not None and self.site is not None:
+                await child._reach(self, state)
+        except BaseException:
+            await child.close()
+            raise
+        return child
+
+    async def _reach(self, parent: WebTasks, state: Any) -> None:
+        """Bring this new child's page to `parent`'s: storage, the anchor document, the actions on it."""
+        assert self.site is not None and parent.site is not None
+        old, new = parent.server.origin, self.server.origin
+        self.server.site = self.site
+        anchor = parent.anchor
+        if not anchor.url:
+            raise NotForkable(f"{parent!r} has not loaded a page of its site yet: reset it before forking")
+        self.action_log = parent.action_log[: anchor.actions]
+        self._acting_turn = anchor.turn
+        await self._open_in_fresh_context(moved(anchor.url, old, new), moved_state(state, old, new))
+        replayed = parent.action_log[anchor.actions :]
+        for logged in replayed:
+            if logged.turn != self._acting_turn:  # the parent observed between turns: ids were stamped
+                await self._view()
+                self._acting_turn = logged.turn
+            await self._call(moved_call(logged.call, old, new))
+        self._acting_turn = parent._acting_turn
+        await self._view()
+        self.site.log = copy.deepcopy(parent.site.log)  # server state is copied, not replayed
+        if self.view != parent.view:
+            raise NotForkable(
+                f"{self!r} could not bring a child to its parent's page: after reloading "
+                f"{urlsplit(anchor.url).path} and replaying {len(replayed)} action(s), the text view "
+                f"differs ({first_difference(parent.view, self.view)}); this page keeps state the replay "
+                "cannot rebuild (scripts' memory, timers, a seed the env set): play each branch from reset"
+            )
+
+    async def _call(self, call: ToolCall) -> tuple[Message, str | None]:
+        """Log each browser action (done() ends the episode: nothing to replay) before it runs."""
+        if call.name != "done":
+            self.action_log.append(LoggedAction(turn=self._acting_turn, call=call))
+        return await super()._call(call)
 
     # --- rewards: read from the page, not from the agent --------------------------------------------
 
@@ -419,6 +516,9 @@ class WebTasks(envhub.ToolEnv):
         if self.playwright is not None:  # the previous browser died: start over with a new driver too
             with contextlib.suppress(Exception):
                 await self.playwright.stop()
+        if self.browser is not None:  # this env's share of the dead one: the family's last stops nothing
+            self._browser_users.count -= 1
+        self._browser_users = BrowserUsers()
         self.playwright = await async_playwright().start()
         self.browser, self.browser_tag = await launch(
             self.playwright, sandbox=self.sandbox, start_timeout=self.launch_timeout
@@ -441,13 +541,29 @@ class WebTasks(envhub.ToolEnv):
                 and route.request.frame == self.page.main_frame
             ):
                 self._loading = True
+                await self._note_navigation(route.request.method, route.request.url)
             await route.continue_()
         else:
             self.blocked_requests += 1
             await route.abort("blockedbyclient")
 
+    async def _note_navigation(self, method: str, url: str) -> None:
+        """Remember, for the anchor, what was logged and the storage before a new document loads
+        (its request is held until then, so its scripts have not run)."""
+        actions, turn, storage = len(self.action_log), self._acting_turn, None
+        if method == "GET" and self.context is not None:
+            with contextlib.suppress(PlaywrightError):
+                storage = await self.context.storage_state()
+        self._navigation = (method, Anchor(url=url, actions=actions, turn=turn, storage=storage))
+
     def _loaded(self, page: Page) -> None:
+        """A new document: the anchor a fork reopens, when it was loaded by GET (a redirect's target
+        is not seen by the route, so a form sent by POST keeps the anchor before it)."""
         self._loading = False
+        method, anchor = self._navigation or ("GET", Anchor("", len(self.action_log), self._acting_turn))
+        self._navigation = None
+        if method == "GET" and page.url.startswith(self.server.origin):
+            self.anchor = dataclasses.replace(anchor, url=page.url)
 
     async def _settle(self) -> None:
         """Wait for a navigation the last action started (a link, a form sent with Enter) to load.
@@ -472,21 +588,26 @@ class WebTasks(envhub.ToolEnv):
     async def _observation(self, prefix: str = "") -> Message:
         """The page after an action: its text view and/or a screenshot, as one user message."""
         page = self._page
-        text = ""
-        await self._settle()
-        for attempt in range(3):  # a navigation the action started may replace the page while it is read
-            with contextlib.suppress(PlaywrightError):
-                await page.wait_for_load_state("load", timeout=self.settle_timeout * 1000)
-            try:
-                text, self.elements = await self._guard(observe(page, self.max_text_chars))
-                break
-            except ActionFailed:
-                if attempt == 2:
-                    raise
-                await asyncio.sleep(0.1)
+        text = await self._view()
         parts: list[ContentPart] = [
             TextPart(text=prefix + (text if self.text_view else text.splitlines()[0]))
         ]
         if self.screenshot:
             parts.append(ImagePart(data=await self._guard(page.screenshot(type="png"))))
         return user(parts)
+
+    async def _view(self) -> str:
+        """The page's text view once the last action's navigation has settled; it stamps element ids."""
+        page = self._page
+        await self._settle()
+        for attempt in range(3):  # a navigation the action started may replace the page while it is read
+            with contextlib.suppress(PlaywrightError):
+                await page.wait_for_load_state("load", timeout=self.settle_timeout * 1000)
+            try:
+                self.view, self.elements = await self._guard(observe(page, self.max_text_chars))
+                break
+            except ActionFailed:
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(0.1)
+        return self.view

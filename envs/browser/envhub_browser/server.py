@@ -33,6 +33,17 @@ class SiteServer:
             self.origin = f"http://127.0.0.1:{port}"
         return self.origin
 
+    async def branch(self) -> SiteServer:
+        """A server for a forked episode: listening on a port of its own when this one listens (the
+        child's site, with its own server state, behind another origin), else one with this origin,
+        for envs whose pages are answered by their own routes and nothing listens."""
+        other = SiteServer()
+        if self._server is None:
+            other.origin = self.origin
+        else:
+            await other.start()
+        return other
+
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
