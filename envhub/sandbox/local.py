@@ -86,6 +86,7 @@ class LocalSandbox(Sandbox):
         self._server_error: str | None = None
         """Why this sandbox's exec server could not start; its commands then each get a bwrap."""
         self._on_closed: list[Callable[[], None]] = []
+        self._launchers: dict[bool, tuple[str, ...]] = {}
 
     @classmethod
     async def create(cls, policy: IsolationPolicy, *, start_server: bool = False) -> LocalSandbox:
@@ -137,19 +138,7 @@ class LocalSandbox(Sandbox):
         args += ["--die-with-parent", "--new-session", "--clearenv"]
         if status_fd is not None:
             args += ["--json-status-fd", str(status_fd)]
-        for d in SYSTEM_DIRS:
-            if os.path.islink(d):
-                args += ["--symlink", os.readlink(d), d]
-            elif os.path.isdir(d):
-                args += ["--ro-bind", d, d]
-        for f in ETC_FILES + (NETWORK_ETC_FILES if p.network else ()):
-            args += ["--ro-bind-try", f, f]
-        args += ["--proc", "/proc", "--dev", "/dev"]
-        for inside, host in self._areas.items():
-            args += ["--bind", str(host), inside]
-        for host_path, inside in p.ro_binds.items():
-            args += ["--ro-bind", host_path, inside]
-        args += ["--remount-ro", "/"]  # bwrap's own root tmpfs: no stray writable place outside the scratch
+        args += self._mounts
         for key, value in (self._base_env() if server else self._command_env(env)).items():
             args += ["--setenv", key, value]
         args += ["--chdir", cwd]
@@ -166,13 +155,32 @@ class LocalSandbox(Sandbox):
         """A command's whole environment: the base, the policy's variables, the call's own."""
         return {**self._base_env(), **self.policy.env, **(env or {})}
 
-    def _launcher(self, *, cpu_rlimit: bool) -> list[str]:
-        """`sh -c` that joins the slot's cgroups and lowers rlimits (backstops), then execs bwrap.
+    @functools.cached_property
+    def _mounts(self) -> list[str]:
+        """bwrap's mount arguments: the same for every process of this sandbox, so built once."""
+        p = self.policy
+        args = list(_system_dirs())
+        for f in ETC_FILES + (NETWORK_ETC_FILES if p.network else ()):
+            args += ["--ro-bind-try", f, f]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        for inside, host in self._areas.items():
+            args += ["--bind", str(host), inside]
+        for host_path, inside in p.ro_binds.items():
+            args += ["--ro-bind", host_path, inside]
+        args += ["--remount-ro", "/"]  # bwrap's own root tmpfs: no stray writable place outside the scratch
+        return args
+
+    def _launcher(self, *, cpu_rlimit: bool) -> tuple[str, ...]:
+        """`sh -c` that joins the slot's cgroups and lowers rlimits (backstops), then execs bwrap; built
+        once per sandbox for each `cpu_rlimit`.
 
         RLIMIT_CPU is left off for the persistent worker: it would cap the whole session's CPU, not a call's.
         The exec server keeps it: each command it spawns inherits it with a CPU clock of its own, as with
         a bwrap per command, and the server retires long before its own clock reaches it.
         """
+        built = self._launchers.get(cpu_rlimit)
+        if built is not None:
+            return built
         p = self.policy
         lines = [f'echo $$ > "{f}" || exit 125' for f in self._slot.procs_files]
         lines += [
@@ -185,7 +193,8 @@ class LocalSandbox(Sandbox):
         ]
         if cpu_rlimit:
             lines.insert(-1, f"ulimit -t {math.ceil(p.wall_time_s * max(1.0, p.cpus)) + 1}")
-        return ["/bin/sh", "-c", "\n".join(lines), "envhub-sandbox"]
+        built = self._launchers[cpu_rlimit] = ("/bin/sh", "-c", "\n".join(lines), "envhub-sandbox")
+        return built
 
     def _command_line(
         self,
@@ -200,9 +209,12 @@ class LocalSandbox(Sandbox):
     ) -> list[str]:
         """The one builder of a bubblewrap start, for a command and for the exec server alike: the drop
         to the slot's uid (as root, by `setpriv`), the launcher, bwrap with its arguments, then argv."""
-        line = self._launcher(cpu_rlimit=not persistent)
-        line += self._bwrap_args(env or {}, workdir, seccomp_fd, status_fd, server=server)
-        line += ["--", *argv]
+        line = [
+            *self._launcher(cpu_rlimit=not persistent),
+            *self._bwrap_args(env or {}, workdir, seccomp_fd, status_fd, server=server),
+            "--",
+            *argv,
+        ]
         if os.geteuid() == 0 and SETPRIV is not None:
             uid = self._slot.uid
             line = [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *line]
@@ -744,6 +756,19 @@ class LocalSandbox(Sandbox):
 
 
 # -- helpers ------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _system_dirs() -> tuple[str, ...]:
+    """bwrap's arguments for the host's system directories (a symlink stays one), read once: they do
+    not change while a program runs."""
+    args: list[str] = []
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    return tuple(args)
 
 
 def _reap_blocking(pids: list[int], deadline: float) -> None:
