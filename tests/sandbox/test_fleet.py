@@ -116,6 +116,45 @@ async def test_when_full_wait_queues_the_open_until_one_closes(tmp_path: Path) -
         fleet.close()
 
 
+async def test_a_quota_shared_through_the_lease_directory_counts_every_fleet(tmp_path: Path) -> None:
+    """Two fleets (as two processes of a host would) writing leases to one directory share local's
+    quota of 1: the second one's open waits until the first one's sandbox closes."""
+    shared = config(
+        tmp_path, Provider(name="local", max_concurrent=1), quota_scope="lease_dir", when_full="wait"
+    )
+    one, other = Fleet(shared), Fleet(shared)
+    first = await one.open(POLICY)
+    second = asyncio.create_task(other.open(POLICY))
+    try:
+        await asyncio.sleep(1.5)
+        assert not second.done(), "the other fleet did not count this one's lease"
+        await first.close()
+        got = await asyncio.wait_for(second, 60)
+        (lease,) = other.book.leases()
+        assert lease.ref == got._scratch.as_posix()  # type: ignore[attr-defined]  # the pending lease, filled in
+        await got.close()
+    finally:
+        second.cancel()
+        with contextlib.suppress(BaseException):
+            await (await second).close()  # opened too early, on a failure: closed all the same
+        await first.close()
+        one.close()
+        other.close()
+    assert other.book.leases() == []
+
+
+def test_a_pending_lease_of_a_dead_owner_is_removed(tmp_path: Path) -> None:
+    """An owner killed while its sandbox was being made leaves a lease with no ref: only the file goes."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    book = LeaseBook(tmp_path, ttl_s=30)
+    pending = book.grant("docker", "").model_copy(update={"owner_pid": dead.pid, "owner_started": 0})
+    book.record(pending)
+    (orphan,) = find_orphans(book, providers=("docker",), owners={dead.pid})
+    assert orphan.kind == "pending" and "dead" in orphan.why
+    assert reap([orphan], book) == {orphan: None} and book.leases() == []
+
+
 async def test_a_provider_that_refuses_is_skipped_and_every_refusal_is_reported(tmp_path: Path) -> None:
     """An image rules out local; e2b has no key here: the error names each provider's reason."""
     fleet = Fleet(config(tmp_path, Provider(name="local"), Provider(name="e2b")))
@@ -218,7 +257,7 @@ def test_an_expired_lease_of_another_host_is_reclaimed_a_live_one_is_not(tmp_pat
     book = LeaseBook(tmp_path, ttl_s=30, clock=lambda: now[0])
     try:
         lease = book.grant("docker", str(container.id)).model_copy(update={"host": "another-host"})
-        book._write(lease)
+        book.record(lease)
         mine = {os.getpid()}  # the shared engine may hold other runs' orphans: not this test's business
         assert find_orphans(book, providers=("docker",), owners=mine) == []  # not expired yet
         now[0] += 31

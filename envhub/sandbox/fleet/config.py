@@ -57,6 +57,10 @@ class FleetConfig(BaseModel):
     when_full: Literal["failover", "wait"] = "failover"
     """A provider at its quota is skipped for the next ("failover"; when all are full the open waits),
     or waited for ("wait": only refusals and failures move on to the next)."""
+    quota_scope: Literal["process", "lease_dir"] = "process"
+    """Whose sandboxes `max_concurrent` counts: this fleet's ("process"), or every fleet's that writes
+    leases to the same directory ("lease_dir": all processes of a host with the default directory; on
+    a shared filesystem whose flock works across hosts, a cluster)."""
     lease_dir: Path | None = None
     """Where lease files are written (None: $XDG_STATE_HOME/envhub/leases)."""
     lease_ttl_s: float = Field(default=30.0, gt=0)

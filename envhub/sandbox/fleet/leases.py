@@ -8,13 +8,14 @@ file renamed over the old one), so a reader never sees half a lease.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -50,7 +51,8 @@ class Lease(BaseModel):
     lease_id: str
     provider: str
     ref: str
-    """The local scratch area's path, the Docker container's id, or the E2B sandbox's id."""
+    """The local scratch area's path, the Docker container's id, or the E2B sandbox's id; empty while
+    the sandbox is being made (a pending lease holds its place in a quota shared through the directory)."""
     engine: str | None = None
     """The Docker engine the container runs on (DOCKER_HOST when it was made; None: the default)."""
     owner_pid: int
@@ -61,6 +63,17 @@ class Lease(BaseModel):
 
     def expired(self, now: float) -> bool:
         return now >= self.expires_at
+
+    def why_orphaned(self, now: float) -> str | None:
+        """Why this lease's sandbox is an orphan, or None while its owner may still close it: the owner
+        is dead (this host), or the lease expired with no heartbeat (another host: only expiry tells).
+        A live owner on this host keeps its lease even when late: a busy owner is not a dead one."""
+        gone = self.owner_gone()
+        if gone:
+            return f"lease {self.lease_id}: its owner (pid {self.owner_pid}) is dead"
+        if gone is None and self.expired(now):
+            return f"lease {self.lease_id}: expired {now - self.expires_at:.0f} s ago with no heartbeat"
+        return None
 
     def owner_gone(self) -> bool | None:
         """True when the owner is known dead; None when it runs on another host (only expiry tells)."""
@@ -89,6 +102,22 @@ class LeaseBook:
         )
         self._write(lease)
         return lease
+
+    def record(self, lease: Lease) -> None:
+        """Write a lease as it now is (a pending one, once its sandbox exists and has a ref)."""
+        self._write(lease)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the directory's lock: what counting leases and granting one do as one step, across the
+        processes (and, on a shared filesystem with working flock, the hosts) that use this directory."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def renew(self, lease: Lease) -> Lease | None:
         """The lease with a new expiry, written; None when its file is gone (the sandbox was reclaimed)."""
@@ -151,6 +180,13 @@ class Heartbeat:
                 self._stop.clear()
                 self._thread = threading.Thread(target=self._run, name="envhub-fleet-heartbeat", daemon=True)
                 self._thread.start()
+
+    def update(self, lease: Lease) -> None:
+        """Write a changed lease and renew that one from now on; under the lock, so a beat in between
+        cannot write the old one back."""
+        with self._lock:
+            self.book.record(lease)
+            self._held[lease.lease_id] = lease
 
     def drop(self, lease: Lease) -> None:
         with self._lock:

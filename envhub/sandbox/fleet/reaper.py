@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from envhub.sandbox.docker import HOST_LABEL, LABEL, OWNER_LABEL
-from envhub.sandbox.fleet.leases import Lease, LeaseBook, owner_alive
+from envhub.sandbox.fleet.leases import LeaseBook, owner_alive
 
 PROVIDERS = ("local", "docker", "e2b")
 KILL_DEADLINE_S = 10.0
@@ -64,13 +64,21 @@ def find_orphans(
     for lease in book.leases() if book is not None else []:
         if lease.provider not in providers:
             continue
-        why = _lease_orphaned(lease, book.now() if book is not None else time.time())
+        why = lease.why_orphaned(book.now() if book is not None else time.time())
         if why is None:
             held.add((lease.provider, lease.ref))
             continue
+        # A pending lease's owner died while making the sandbox: only the lease itself is left to remove
+        # (a sandbox it made before dying carries the owner marks, and the scans below find it).
         kind = {"local": "scratch", "docker": "container"}.get(lease.provider, "sandbox")
-        found[(lease.provider, lease.ref)] = Orphan(
-            lease.provider, kind, lease.ref, lease.owner_pid, why, lease.engine, lease.lease_id
+        found[(lease.provider, lease.ref or lease.lease_id)] = Orphan(
+            lease.provider,
+            kind if lease.ref else "pending",
+            lease.ref,
+            lease.owner_pid,
+            why,
+            lease.engine,
+            lease.lease_id,
         )
     scans = {"local": _local_orphans, "docker": _docker_orphans, "e2b": _e2b_orphans}
     for provider in providers:
@@ -83,7 +91,12 @@ def find_orphans(
 
 def reap(orphans: list[Orphan], book: LeaseBook | None = None) -> dict[Orphan, str | None]:
     """Remove each orphan (and its lease): None for each removed, else why it could not be."""
-    removers = {"scratch": _remove_scratch, "slot": _empty_slot, "container": _remove_container}
+    removers = {
+        "scratch": _remove_scratch,
+        "slot": _empty_slot,
+        "container": _remove_container,
+        "pending": _nothing_to_remove,
+    }
     results: dict[Orphan, str | None] = {}
     for orphan in orphans:
         try:
@@ -97,14 +110,8 @@ def reap(orphans: list[Orphan], book: LeaseBook | None = None) -> dict[Orphan, s
     return results
 
 
-def _lease_orphaned(lease: Lease, now: float) -> str | None:
-    """Why a lease's sandbox is an orphan, or None while its owner may still close it."""
-    gone = lease.owner_gone()
-    if gone:
-        return f"lease {lease.lease_id}: its owner (pid {lease.owner_pid}) is dead"
-    if gone is None and lease.expired(now):
-        return f"lease {lease.lease_id}: expired {now - lease.expires_at:.0f} s ago with no heartbeat"
-    return None
+def _nothing_to_remove(orphan: Orphan) -> None:
+    """A pending lease names no sandbox: removing its lease file is all there is."""
 
 
 def _dead_owner(owner: str | None, host: str | None) -> int | None:

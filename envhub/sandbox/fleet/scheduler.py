@@ -27,6 +27,8 @@ from envhub.sandbox.results import SandboxError, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
+SHARED_POLL_S = 0.5
+
 Create = Callable[[Any, IsolationPolicy, str | None, dict[str, Any]], Awaitable[Sandbox]]
 
 FAILOVER_ERRORS: tuple[type[BaseException], ...] = (SandboxError, OSError, RuntimeError, ValueError)
@@ -77,9 +79,9 @@ class Fleet:
                 if (why := self._refusal(provider, policy, image) or self._resting(provider)) is not None:
                     refusals.append(f"{provider.name}: {why}")
                     continue
-                quota = self.quotas[provider.name]
-                if not quota.try_take():
-                    refusals.append(f"{provider.name}: {quota.limit} sandboxes open, its quota")
+                taken, pending = self._take(provider)
+                if not taken:
+                    refusals.append(f"{provider.name}: {provider.max_concurrent} sandboxes open, its quota")
                     wait = True
                     if self.config.when_full == "wait":
                         break
@@ -87,20 +89,53 @@ class Fleet:
                 try:
                     sandbox = await self._make(provider, policy, image, options or {})
                 except FAILOVER_ERRORS as exc:
-                    self._give_back(provider.name)
+                    self._drop(provider.name, pending)
                     self._failed_at[provider.name] = time.monotonic()
                     refusals.append(f"{provider.name}: {type(exc).__name__}: {exc}")
                     self.failures.append(refusals[-1])
                     continue
                 except BaseException:
-                    self._give_back(provider.name)
+                    self._drop(provider.name, pending)
                     raise
-                return self._hand_out(provider.name, sandbox)
+                try:
+                    return self._hand_out(provider.name, sandbox, pending)
+                except BaseException:  # no lease could be written: the sandbox must not run on unleased
+                    with contextlib.suppress(Exception):
+                        await sandbox.close()
+                    raise
             if not wait:
                 raise SandboxUnavailable(
                     "no provider of the fleet could open a sandbox: " + "; ".join(refusals)
                 )
             await self._released()
+
+    def _take(self, provider: Provider) -> tuple[bool, Lease | None]:
+        """A place in the provider's quota: this fleet's count, or (quota_scope "lease_dir") the live
+        leases in the directory, counted and joined by a pending lease under the directory's lock."""
+        quota = self.quotas[provider.name]
+        if self.config.quota_scope == "process" or provider.max_concurrent is None:
+            return quota.try_take(), None
+        with self.book.locked():
+            now = self.book.now()
+            live = [
+                lease
+                for lease in self.book.leases()
+                if lease.provider == provider.name and lease.why_orphaned(now) is None
+            ]
+            if len(live) >= provider.max_concurrent:
+                return False, None
+            pending = self.book.grant(provider.name, "", _engine(provider.name))
+        quota.take_anyway()
+        self.heartbeat.hold(pending)
+        return True, pending
+
+    def _drop(self, provider: str, pending: Lease | None) -> None:
+        """Give back a place taken for a sandbox that was not made."""
+        if pending is not None:
+            self.heartbeat.drop(pending)
+            with contextlib.suppress(OSError):
+                self.book.release(pending)
+        self._give_back(provider)
 
     def reap_orphans(self) -> None:
         """Remove the orphans of this fleet's providers (envhub.sandbox.fleet.reaper); best effort: what
@@ -153,14 +188,18 @@ class Fleet:
         local = provider.name == "local" and image is None
         return await create(provider.name, policy, None if local else image, {**provider.options, **options})
 
-    def _hand_out(self, provider: str, sandbox: Sandbox) -> Sandbox:
-        """Lease the sandbox, and make its close give back the lease and the quota; its forks (on the
-        same provider, counted even past the quota) are leased the same way."""
-        engine = os.environ.get("DOCKER_HOST") if provider == "docker" else None
+    def _hand_out(self, provider: str, sandbox: Sandbox, pending: Lease | None = None) -> Sandbox:
+        """Lease the sandbox (filling in the pending lease that held its place, if any), and make its
+        close give back the lease and the quota; its forks (on the same provider, counted even past the
+        quota) are leased the same way."""
         try:
-            lease = self.book.grant(provider, sandbox_ref(sandbox), engine)
+            if pending is None:
+                lease = self.book.grant(provider, sandbox_ref(sandbox), _engine(provider))
+            else:
+                lease = pending.model_copy(update={"ref": sandbox_ref(sandbox)})
+                self.heartbeat.update(lease)
         except BaseException:
-            self._give_back(provider)
+            self._drop(provider, pending)
             raise
         self.heartbeat.hold(lease)
         self.opened[provider] += 1
@@ -199,13 +238,21 @@ class Fleet:
                     waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
     async def _released(self) -> None:
-        """Wait until some sandbox of this fleet is given back."""
+        """Wait until some sandbox of this fleet is given back (with quotas shared through the lease
+        directory, other processes give back too, unseen: then look again every SHARED_POLL_S)."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        shared = self.config.quota_scope == "lease_dir"
         try:
-            await waiter
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter, SHARED_POLL_S if shared else None)
         finally:
             self._waiters.remove(waiter)
+
+
+def _engine(provider: str) -> str | None:
+    """The Docker engine a container of this process lands on (DOCKER_HOST), for the reaper."""
+    return os.environ.get("DOCKER_HOST") if provider == "docker" else None
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
