@@ -6,9 +6,10 @@ left behind when it ends. A command that arrives while another runs, or a sandbo
 start, gets one `bwrap` invocation into fresh namespaces of its own, as every command once did. What
 persists between commands is the writable scratch area (a size-capped tmpfs on the host, bound at the
 workdir, /tmp and /dev/shm). Every bubblewrap is started through a short `sh` launcher that, already
-running as the slot's uid, joins the slot's cgroups and lowers rlimits before it execs bwrap: so the
-limits hold from the first instruction of the sandbox, without a `preexec_fn` (unsafe next to the event
-loop's threads).
+running as the slot's uid (util-linux's `setpriv` drops to it first, as root), joins the slot's cgroups
+and lowers rlimits before it execs bwrap: so the limits hold from the first instruction of the sandbox,
+without a `preexec_fn` (unsafe next to the event loop's threads), and subprocess can start it with a
+vfork rather than a fork of the whole host process.
 """
 
 from __future__ import annotations
