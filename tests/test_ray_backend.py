@@ -40,12 +40,15 @@ def local_ray(plugin_site: Path) -> Iterator[None]:
 
 
 def content(episode: Episode) -> dict[str, Any]:
-    """Everything an episode records except when it ran and how long it took (its turns' policy time too)."""
+    """Everything an episode records except when and where it ran and how long it took (its turns' policy
+    time too)."""
     untimed = [
         turn.model_copy(update={"info": {k: v for k, v in turn.info.items() if k != "policy_seconds"}})
         for turn in episode.turns
     ]
-    return episode.model_copy(update={"turns": untimed}).model_dump(exclude={"started_at", "wall_seconds"})
+    return episode.model_copy(update={"turns": untimed}).model_dump(
+        exclude={"started_at", "wall_seconds", "node"}
+    )
 
 
 async def test_ray_plays_the_same_episodes_as_the_local_runner(local_ray: None) -> None:
@@ -64,6 +67,8 @@ async def test_ray_plays_the_same_episodes_as_the_local_runner(local_ray: None) 
     assert [content(e) for e in remote.episodes] == [content(e) for e in local.episodes]
     assert sorted(e.episode_id for e in seen) == [e.episode_id for e in remote.episodes]
     assert all(e.reward > 0 and e.terminated for e in remote.episodes)
+    assert {e.node for e in remote.episodes} == {ray.get_runtime_context().get_node_id()}  # the one node
+    assert {e.node for e in local.episodes} == {None}
     assert remote.not_started == []
 
 

@@ -16,8 +16,17 @@ is sent to the actors and registered there too, since their processes never ran 
 envs are found by the actors' own registry, and a remote id (`ws://host:port/ID`) is played from the
 actors against its server, with the driver's `ENVHUB_SERVE_TOKEN`.
 
-A dead actor (its process killed, its node lost) is restarted by Ray, which re-runs the episodes it
-had in flight; the driver sees each episode once. Ray is imported only when this backend runs.
+On a cluster, episodes go where their env can run: an env whose default sandbox is `local` or
+`docker` has its actors ask for one unit of the custom resource `sandbox`, a `browser` env for
+`browser` (`SANDBOX_RESOURCES`), when the cluster advertises that resource (`ray start --resources
+'{"sandbox": 8}'`); on a cluster without it (a local Ray) they go anywhere. `RayEpisodePool(resources=
+...)` overrides this for every env. Each stored episode records the Ray node id that played it
+(`Episode.node`). An actor plays several episodes per call (`EPISODES_PER_CALL`) and returns them
+together, so the driver makes one call and one transfer per few episodes, not per episode.
+
+A dead actor (its process killed, its node lost) is restarted by Ray, on a node that still has the
+resource, which re-runs the episodes it had in flight; the driver sees each episode once. Ray is
+imported only when this backend runs.
 """
 
 from __future__ import annotations
@@ -56,6 +65,14 @@ ACTOR_RESTARTS = 3
 
 CLOSE_TIMEOUT = 30.0
 """Seconds the actors get to close their environments when a pool closes before being killed."""
+
+EPISODES_PER_CALL = 8
+"""The most episodes one call to an actor plays (together) and returns: fewer calls and transfers, at
+the cost of waiting for the call's slowest episode before its slots take more."""
+
+SANDBOX_RESOURCES = {"local": "sandbox", "docker": "sandbox", "browser": "browser"}
+"""The custom Ray resource an env's actors ask for (one unit each), by the env's default sandbox. An
+env without one (or on E2B, whose sandboxes run elsewhere) asks for none and runs on any node."""
 
 KEPT = 4
 """Policies (one per factory) and kinds of env (one per id and options) an actor keeps between
@@ -116,8 +133,12 @@ class EpisodeWorker:
     """
 
     def __init__(self) -> None:
+        import ray
+
         self.incarnation = uuid.uuid4().hex
         """Changes when Ray restarts the actor: the driver replaces a restarted actor between batches."""
+        self.node: str | None = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        """The Ray node this actor runs on, which every episode it plays records."""
         self.batches: OrderedDict[str, _Batch] = OrderedDict()
         self.policies: OrderedDict[str, Policy] = OrderedDict()
         self.idle: OrderedDict[str, list[EnvWorker]] = OrderedDict()
@@ -126,11 +147,30 @@ class EpisodeWorker:
         """Episodes in flight by policy key and by env key: what is in use is never closed."""
         self.workers: set[EnvWorker] = set()
         """Every env worker, idle or playing: `close()` closes them all."""
+        self.counts: Counter[str] = Counter()
+        """Calls, episodes and envs made so far: `stats()` reports them."""
+
+    async def play_many(
+        self, refs: list[EpisodeRef], budget_ends_at: float | None, batch_key: str, batch: list[Any]
+    ) -> tuple[list[Episode], str]:
+        """Play the episodes `refs` names at once; returns them together, and this actor's incarnation.
+
+        An exception of one episode (the env or runner failed, not an episode error, which the episode
+        records) is raised once all have finished: the batch stops, and its stored episodes are kept.
+        """
+        self.counts["calls"] += 1
+        played = await asyncio.gather(
+            *(self.play(ref, budget_ends_at, batch_key, batch) for ref in refs), return_exceptions=True
+        )
+        for result in played:
+            if isinstance(result, BaseException):
+                raise result
+        return [episode for episode in played if isinstance(episode, Episode)], self.incarnation
 
     async def play(
         self, ref: EpisodeRef, budget_ends_at: float | None, batch_key: str, batch: list[Any]
-    ) -> tuple[Episode, str]:
-        """Play the episode `ref` names; returns it and this actor's incarnation.
+    ) -> Episode:
+        """Play the episode `ref` names, recording this actor's node in it.
 
         `batch` is `[ObjectRef of a _Batch]`, in a list so that Ray does not fetch it for every episode.
         `budget_ends_at` is the batch's end in `time.time()` seconds: absolute, not "seconds left", so
@@ -149,6 +189,7 @@ class EpisodeWorker:
         else:
             worker = EnvWorker(spec.env_id, spec.env_kwargs, policy, spec.limits, seed=None)
             self.workers.add(worker)
+            self.counts["envs"] += 1
         self.playing.update((spec.policy_key, spec.env_key))
         try:
             episode = await worker.play(ref, budget_deadline=deadline)
@@ -156,7 +197,8 @@ class EpisodeWorker:
             self.playing.subtract((spec.policy_key, spec.env_key))
             self.idle[spec.env_key].append(worker)
         await self._forget()
-        return episode, self.incarnation
+        self.counts["episodes"] += 1
+        return episode.model_copy(update={"node": self.node})
 
     async def _batch(self, key: str, batch: Any) -> _Batch:
         """The batch `key` names: fetched (and its env registered here) on its first episode."""
@@ -190,6 +232,10 @@ class EpisodeWorker:
             self.workers.difference_update(workers)
             await asyncio.gather(*(worker.close() for worker in workers))
 
+    def stats(self) -> dict[str, Any]:
+        """Where this actor runs (process, node) and what it did: calls, episodes and env workers made."""
+        return {"pid": os.getpid(), "node": self.node, **self.counts}
+
     async def close(self) -> None:
         """Close every environment (and so its sandbox) and policy; the driver calls this before killing
         the actor."""
@@ -212,7 +258,8 @@ def _unused(kept: OrderedDict[str, T], playing: Counter[str]) -> list[T]:
 class _PoolState:
     """The pool's actors and what the driver knows of them (apart from the pool, for its finalizer)."""
 
-    actors: list[Actor] = field(default_factory=list)
+    actors: dict[str, list[Actor]] = field(default_factory=dict)
+    """The actors by the resources they asked for (`_resources_key`): each group serves its own envs."""
     incarnations: dict[Actor, str] = field(default_factory=dict)
     """Each actor's incarnation when first heard from: a different one later means Ray restarted it."""
     restarted: set[Actor] = field(default_factory=set)
@@ -236,13 +283,17 @@ class RayEpisodePool:
     actor starts and shuts it down on `close()`. Use it as a context manager or call `close()`. An
     actor Ray had to restart is replaced after its batch, so each batch has `ACTOR_RESTARTS` restarts.
 
+    On a cluster, each env's actors ask for the custom resource of its sandbox (`SANDBOX_RESOURCES`)
+    when the cluster has it; `resources` (e.g. `{"sandbox": 1}`) is what every actor asks for instead.
+
         with RayEpisodePool() as pool:
             for step in range(steps):
                 await rollout(env_id, factory, episodes=refs, backend=pool)
     """
 
-    def __init__(self, address: str | None = None) -> None:
+    def __init__(self, address: str | None = None, *, resources: dict[str, float] | None = None) -> None:
         self.address = address
+        self.resources = resources
         self._state = _PoolState()
         self._factories: OrderedDict[Hashable, tuple[str, PolicyFactory]] = OrderedDict()
         self._finalizer = weakref.finalize(self, _close_pool, self._state)
@@ -260,17 +311,54 @@ class RayEpisodePool:
         Safe to call twice."""
         self._finalizer()
 
-    def start(self, workers: int) -> None:
-        """Start actors (and Ray, if it is not running) until there are `workers`, without waiting for
-        them: a caller that knows its first batch is coming starts them while it prepares the rest."""
+    def start(self, workers: int, env_id: str | None = None) -> list[Actor]:
+        """Start actors for `env_id`'s episodes (and Ray, if it is not running) until there are `workers`,
+        without waiting for them: a caller that knows its first batch is coming starts them while it
+        prepares the rest. Returns that env's actors."""
         ray = self._ray()
+        resources = self.resources_for(env_id)
+        actors = self._state.actors.setdefault(_resources_key(resources), [])
+        placement: dict[str, Any] = {"resources": resources, "num_cpus": 0} if resources else {}
         actor_class = ray.remote(EpisodeWorker).options(
             max_restarts=ACTOR_RESTARTS,
             max_task_retries=ACTOR_RESTARTS,  # Ray re-runs the dead actor's in-flight episodes
             scheduling_strategy="SPREAD",
+            **placement,
         )
-        while len(self._state.actors) < workers:
-            self._state.actors.append(actor_class.remote())
+        while len(actors) < workers:
+            actors.append(actor_class.remote())
+        return actors[:workers]
+
+    def stats(self) -> list[dict[str, Any]]:
+        """Each live actor's `EpisodeWorker.stats()`: where it runs, how many calls and episodes it
+        played and how many env workers it made (env reuse and batched calls, observed)."""
+        ray = self._ray()
+        stats: list[dict[str, Any]] = ray.get([actor.stats.remote() for actor in _every_actor(self._state)])
+        return stats
+
+    def resources_for(self, env_id: str | None) -> dict[str, float]:
+        """The custom resources each actor playing `env_id` asks for: the pool's `resources`, else the
+        one its default sandbox needs (`SANDBOX_RESOURCES`) if the cluster has it, else none."""
+        if self.resources is not None:
+            return dict(self.resources)
+        if env_id is None:
+            return {}
+        try:
+            sandbox = registry.spec(env_id).provenance.default_sandbox or "none"
+        except Exception:  # a remote id or an unknown one: the actors' own registry decides
+            return {}
+        name = SANDBOX_RESOURCES.get(sandbox)
+        if name is None or not self._ray().cluster_resources().get(name):
+            return {}
+        return {name: 1.0}
+
+    def capacity(self, env_id: str | None) -> int:
+        """How many actors for `env_id` the cluster holds: units of its resource, or else CPUs."""
+        resources = self.resources_for(env_id)
+        total = self._ray().cluster_resources()
+        if not resources:
+            return max(1, int(total.get("CPU", 1)))
+        return max(1, min(int(total.get(name, 0) // max(need, 1e-9)) for name, need in resources.items()))
 
     def _ray(self) -> Any:
         """The `ray` module, connected: to the current connection, or to a Ray instance the pool starts."""
@@ -301,9 +389,8 @@ class RayEpisodePool:
             backend = registry.spec(env_id).provenance.default_sandbox or "none"
             slots = min(slots, limits.backend_concurrency.get(backend, slots))
         ray = self._ray()
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        count = max(1, min(workers or cpus, slots))
-        self.start(count)
+        count = max(1, min(workers or self.capacity(env_id), slots))
+        actors = self.start(count, env_id)
         batch = self._batch(env_id, env_kwargs, policy, limits)
         state = self._state
         state.batches += 1
@@ -312,7 +399,7 @@ class RayEpisodePool:
                 state,
                 refs,
                 batch=(uuid.uuid4().hex, [ray.put(batch)]),
-                actors=state.actors[:count],
+                actors=actors,
                 slots=slots,
                 budget=limits.time_budget,
                 on_episode=on_episode,
@@ -437,7 +524,8 @@ async def _dispatch(
     started: float,
     env_id: str,
 ) -> BatchResult:
-    """Keep `slots` episodes in flight, slot i on `actors[i % len(actors)]`, until none is left."""
+    """Keep `slots` episodes in flight until none is left, as calls of up to `EPISODES_PER_CALL`
+    episodes each, call i on `actors[i % len(actors)]`."""
     import ray
     from ray.exceptions import RayActorError
 
@@ -447,20 +535,24 @@ async def _dispatch(
     ends_at = None if budget is None else time.time() + budget
     stop_at = None if budget is None else time.monotonic() + budget
 
+    per_call = max(1, min(EPISODES_PER_CALL, slots // len(actors)))
+    calls = -(-slots // per_call)
+
     async def slot(actor: Actor) -> None:
         while pending and not failures and (stop_at is None or time.monotonic() < stop_at):
-            ref = pending.popleft()
-            running = actor.play.remote(ref, ends_at, *batch)
+            size = min(per_call, -(-len(pending) // calls))  # the batch's tail spread over every call
+            chunk = [pending.popleft() for _ in range(size)]
+            running = actor.play_many.remote(chunk, ends_at, *batch)
             try:
-                episode, incarnation = await running
+                episodes, incarnation = await running
             except RayActorError as exc:
                 _forget_actor(state, actor)
                 failures.append(
                     RayWorkerLost(
                         f"a Ray worker playing {env_id} died {ACTOR_RESTARTS + 1} times or could not start, "
-                        f"last while playing episode {ref.index}: {exc}\nFix the cause (memory? a crashing "
-                        "sandbox? the env or the policy not installed on the Ray workers?), then run again "
-                        "with --resume: the episodes finished so far are kept"
+                        f"last while playing episodes {[ref.index for ref in chunk]}: {exc}\nFix the "
+                        "cause (memory? a crashing sandbox? the env or the policy not installed on the Ray "
+                        "workers?), then run again with --resume: the episodes finished so far are kept"
                     )
                 )
                 return
@@ -473,13 +565,14 @@ async def _dispatch(
                 return
             if state.incarnations.setdefault(actor, incarnation) != incarnation:
                 state.restarted.add(actor)
-            done.append(episode)
-            if on_episode is not None:
-                on_episode(episode)
+            done.extend(episodes)
+            for episode in episodes:
+                if on_episode is not None:
+                    on_episode(episode)
 
-    # After a failure the other slots stop taking episodes but finish (and hand on) those in flight.
+    # After a failure the other calls stop taking episodes but finish (and hand on) those in flight.
     async with asyncio.TaskGroup() as tasks:
-        for number in range(slots):
+        for number in range(calls):
             tasks.create_task(slot(actors[number % len(actors)]))
     if failures:
         raise failures[0]
@@ -492,15 +585,16 @@ async def _dispatch(
 
 def _forget_actor(state: _PoolState, actor: Actor) -> None:
     """Forget an actor (dead for good, or about to be ended); the next batch starts a fresh one."""
-    if actor in state.actors:
-        state.actors.remove(actor)
+    for actors in state.actors.values():
+        if actor in actors:
+            actors.remove(actor)
     state.incarnations.pop(actor, None)
     state.restarted.discard(actor)
 
 
 def _replace_restarted(state: _PoolState) -> None:
     """End the actors Ray restarted, so the next batch starts fresh ones with every restart left."""
-    retired = [actor for actor in state.actors if actor in state.restarted]
+    retired = [actor for actor in _every_actor(state) if actor in state.restarted]
     for actor in retired:
         _forget_actor(state, actor)
     _end_actors(retired)
@@ -526,10 +620,20 @@ def _end_actors(actors: list[Actor]) -> None:
 def _close_pool(state: _PoolState) -> None:
     """A pool's close (and finalizer): end its actors, then Ray if the pool started it."""
     state.closed = True
-    actors, state.actors = state.actors, []
+    actors = _every_actor(state)
+    state.actors = {}
     _end_actors(actors)
     if state.started_ray:
         import ray
 
         with contextlib.suppress(Exception):
             ray.shutdown()
+
+
+def _every_actor(state: _PoolState) -> list[Actor]:
+    return [actor for actors in state.actors.values() for actor in actors]
+
+
+def _resources_key(resources: dict[str, float]) -> str:
+    """Names a set of resources: actors asking for equal ones form one group."""
+    return json.dumps(resources, sort_keys=True)

@@ -97,6 +97,13 @@ class TrainConfig(BaseModel):
     over them."""
     rollout_workers: int = Field(1, ge=1)
     """With `ray`: engine actors, each holding a copy of the weights (every sync reaches all of them)."""
+    ray_engine_resources: dict[str, float] = Field(default_factory=dict)
+    """With `ray`: custom Ray resources each engine actor asks for, e.g. {"gpu-like": 1} on a cluster
+    whose model nodes advertise it (`ray start --resources`), so the engines run there."""
+    ray_env_resources: dict[str, float] | None = None
+    """With `ray`: custom Ray resources each episode actor asks for, e.g. {"sandbox": 1}. Unset: the
+    env's default sandbox decides (`sandbox` or `browser`, when the cluster advertises it), as for
+    `envhub rollout --backend ray`."""
     logged_episodes: int = Field(2, ge=0)
     """Episodes per step written to samples.jsonl for the report."""
     verify_sync: bool = False

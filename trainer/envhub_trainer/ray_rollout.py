@@ -15,8 +15,10 @@ the rollout workers; that policy holds only actor handles, so it stays right acr
 which reach the rollout workers. A rollout worker keeps one policy of its engine per episode, so
 token-drift tracking and turn batching behave as in one process. envhub's backend restarts a killed
 episode actor and re-runs its in-flight episodes; a rollout worker is never restarted (a fresh one
-would sample with the starting weights), so losing one stops the run. This module imports Ray; the
-training loop imports it only when `ray: true`.
+would sample with the starting weights), so losing one stops the run. On a cluster, the engine actors
+ask for `ray_engine_resources` (e.g. a `gpu-like` resource of the model nodes) and the episode actors
+for `ray_env_resources` or, unset, their env's sandbox resource, so each runs on its own kind of node.
+This module imports Ray; the training loop imports it only when `ray: true`.
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ class RayEngine:
         self._tokenizer: Any = None
         self._actors: list[Actor] = []
         session = _connect(config.ray_address)
-        self.backend = RayEpisodePool()
+        self.backend = RayEpisodePool(resources=config.ray_env_resources)
         """The run's episode actors. Ray is running once the engine exists, so the pool joins it."""
         self._finalizer = weakref.finalize(self, _release, self.backend, self._actors, session)
         try:
@@ -187,6 +189,7 @@ class RayEngine:
         engine_class = ray.remote(RolloutWorker).options(
             max_restarts=0,  # a restarted engine would sample with the starting weights
             num_gpus=1 if config.engine != "hf" and gpus >= config.rollout_workers else 0,  # vLLM's
+            resources=config.ray_engine_resources or None,
             scheduling_strategy="SPREAD",
         )
         workers = [
@@ -194,7 +197,7 @@ class RayEngine:
             for i in range(config.rollout_workers)
         ]
         self._actors.extend(workers)
-        self.backend.start(config.env_workers)  # the episode actors start while the engines load
+        self.backend.start(config.env_workers, config.env_id)  # they start while the engines load
         try:  # wait for every actor to start, so a model that cannot load fails here, clearly
             ray.get([actor.pid.remote() for actor in workers])  # type: ignore[attr-defined]
         except RayActorError as exc:
