@@ -275,6 +275,7 @@ class WebTasks(envhub.ToolEnv):
             raise NotForkable(f"{parent!r} has not loaded a page of its site yet: reset it before forking")
         self.action_log = parent.action_log[: anchor.actions]
         self._acting_turn = anchor.turn
+        self.site.log = copy.deepcopy(anchor.server_log)  # as it was before the document was asked for
         await self._open_in_fresh_context(moved(anchor.url, old, new), moved_state(state, old, new))
         replayed = parent.action_log[anchor.actions :]
         for logged in replayed:
@@ -284,7 +285,6 @@ class WebTasks(envhub.ToolEnv):
             await self._call(moved_call(logged.call, old, new))
         self._acting_turn = parent._acting_turn
         await self._view()
-        self.site.log = copy.deepcopy(parent.site.log)  # server state is copied, not replayed
         if self.view != parent.view:
             raise NotForkable(
                 f"{self!r} could not bring a child to its parent's page: after reloading "
@@ -551,10 +551,12 @@ class WebTasks(envhub.ToolEnv):
         """Remember, for the anchor, what was logged and the storage before a new document loads
         (its request is held until then, so its scripts have not run)."""
         actions, turn, storage = len(self.action_log), self._acting_turn, None
+        server_log = copy.deepcopy(self.site.log) if self.site is not None else {}
         if method == "GET" and self.context is not None:
             with contextlib.suppress(PlaywrightError):
                 storage = await self.context.storage_state()
-        self._navigation = (method, Anchor(url=url, actions=actions, turn=turn, storage=storage))
+        anchor = Anchor(url=url, actions=actions, turn=turn, storage=storage, server_log=server_log)
+        self._navigation = (method, anchor)
 
     def _loaded(self, page: Page) -> None:
         """A new document: the anchor a fork reopens, when it was loaded by GET (a redirect's target

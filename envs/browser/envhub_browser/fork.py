@@ -9,18 +9,20 @@ between turns as the parent did so that element ids come out the same. What thos
 storage is written again by the replay: that is why the storage is taken before them, not after.
 
 A document reached by a POST (a form sent) is reached by replaying from the last GET-loaded document,
-the sending included. The server's state (`Site.log`) is copied, not replayed: what the replay's
-requests record there is dropped. The child's text view must then equal the parent's last one, or the
-fork fails saying where. Not carried: sessionStorage and scripts' memory except as the replayed
-actions rebuild them, timers, the back button's history before the current document, and a page's
-randomness or clock (a replay that comes out different fails the fork rather than start a child
-elsewhere).
+the sending included. The site's server state (`Site.log`, which handlers keep through `Request.log`)
+goes the same way as the storage: the child's own server starts from a copy of it as it was when the
+document was asked for, and the replay's requests bring it to the parent's. The child's text view must
+then equal the parent's last one, or the fork fails saying where.
+
+Not carried: sessionStorage, IndexedDB and scripts' memory except as the replayed actions rebuild them,
+timers, the back button's history before the current document, and a page's randomness or clock (a
+replay that comes out different fails the fork rather than start a child elsewhere).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from envhub.messages import ToolCall
@@ -47,6 +49,8 @@ class Anchor:
     actions: int
     turn: int
     storage: Any = None
+    server_log: dict[str, Any] = field(default_factory=dict)
+    """The site's server state (`Site.log`) when the document was asked for, for the same reason."""
 
 
 @dataclass

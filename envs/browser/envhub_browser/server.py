@@ -85,13 +85,14 @@ class SiteServer:
         body = (await reader.readexactly(length)).decode() if length else ""
         cookies = SimpleCookie(headers.get("cookie", ""))
         url = urlsplit(target)
+        if self.site is None:
+            return Response(document("No task", "<h1>No task is loaded</h1>"), status=503)
         request = Request(
             method=method.upper(),
             path=url.path,
             query=dict(parse_qsl(url.query)),
             form=dict(parse_qsl(body)),
             cookies={k: m.value for k, m in cookies.items()},
+            log=self.site.log,
         )
-        if self.site is None:
-            return Response(document("No task", "<h1>No task is loaded</h1>"), status=503)
         return self.site.handle(request)

@@ -21,6 +21,10 @@ class Request:
     query: dict[str, str]
     form: dict[str, str]
     cookies: dict[str, str]
+    log: dict[str, Any] = field(default_factory=dict)
+    """The site's `log`: where a handler keeps what the server records (the grader reads it as
+    `Outcome.server`). Keep server state here, not in a handler's own variables, which a forked
+    episode's site would share with its parent's."""
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from envhub_browser import TASKS, WebTasks
 from envhub_browser.browser import chromium_path, chromium_pids
-from envhub_browser.site import Site, document
+from envhub_browser.site import Request, Response, Site, document
 from envhub_browser.tasks import WebTask
 
 import envhub
@@ -177,3 +177,38 @@ async def test_a_page_the_replay_cannot_rebuild_fails_the_fork_saying_where(
         assert env.browser is not None and env.browser.is_connected()
     finally:
         await env.close()
+
+
+def vote_site(rng: random.Random) -> Site:
+    """Votes sent by POST and counted by the server (`Site.log`), the page then showing the count."""
+    button = "<form method='post' action='/'><button id='vote' type='submit'>Vote</button></form>"
+
+    def page(request: Request) -> Response | str:
+        votes = request.log["votes"] = request.log.get("votes", 0) + (request.method == "POST")
+        return document("Votes", f"<p>votes: {votes}</p>{button}")
+
+    return Site(goal="Vote twice.", pages={"/": page}, check=lambda o: o.server.get("votes") == 2, oracle=[])
+
+
+async def test_server_state_is_copied_not_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vote sent by POST, counted by the site's server: the child's own server starts from the count
+    before the page was asked for and the replay sends the vote again, so it shows 1, as the parent does
+    (not 2); a child's next vote counts in its own server only."""
+    monkeypatch.setitem(TASKS, "test-votes", WebTask("test-votes", 1, vote_site))
+    env = make("test-votes")
+    children: list[WebTasks] = []
+    try:
+        await env.reset(seed=0)
+        await env.step(call("click", element=eid(env, "vote")))
+        assert "votes: 1" in env.view
+        children = await env.fork(2)
+        votes, waits = children
+        assert votes.view == env.view and votes.site.log == {"votes": 1}  # type: ignore[union-attr]
+        await votes.step(call("click", element=eid(votes, "vote")))
+        assert "votes: 2" in votes.view
+        assert (await votes.step(call("done"))).reward == 1.0
+        assert (await waits.step(call("done"))).reward == 0.0
+        assert env.site is not None and env.site.log == {"votes": 1}
+    finally:
+        for e in (*children, env):
+            await e.close()
