@@ -28,6 +28,7 @@ from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
 from envhub.sandbox.backends import create
 from envhub.sandbox.fleet import Fleet, FleetConfig, LeaseBook, Provider, TokenBucket
 from envhub.sandbox.fleet.reaper import find_orphans, reap
+from envhub.sandbox.slots import MAX_SLOTS, UID_BASE
 from tests.envhub_testkit.leaks import descendants
 from tests.sandbox.conftest import _DOCKER_SKIP, DOCKER_IMAGE
 from tests.sandbox.e2b_double import E2BDouble, bwrap_missing
@@ -329,18 +330,27 @@ OWNER = """
 """
 
 
-def wait_orphaned_children() -> None:
-    """Collect the exit status of the owner's sandbox processes: they died with it (bwrap's
-    --die-with-parent) and were handed to this process, a child subreaper once it made a local sandbox.
-    Outside a test the reaper runs in another process, and the owner's parent (or init) collects them."""
-    for _ in range(100):
-        dead = [pid for pid in descendants() if _state(pid) == "Z"]
-        for pid in dead:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-        if not any(_state(pid) in ("Z", "R", "S", "D") for pid in dead):
+def wait_orphaned_children(deadline_s: float = 30.0) -> None:
+    """Wait for the owner's sandbox processes to end, collecting their exit status: they die with it
+    (bwrap's --die-with-parent) and are handed to this process, a child subreaper once it made a local
+    sandbox. Outside a test the reaper runs in another process, and init collects them."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        left = [pid for pid in descendants() if _slot_uid(pid)]
+        if not left:
             return
+        for pid in left:
+            if _state(pid) == "Z":
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
         time.sleep(0.05)
+
+
+def _slot_uid(pid: int) -> bool:
+    try:
+        return UID_BASE <= Path(f"/proc/{pid}").stat().st_uid < UID_BASE + MAX_SLOTS
+    except FileNotFoundError:
+        return False
 
 
 def _state(pid: int) -> str:
@@ -395,6 +405,7 @@ def killed_owner(tmp_path: Path, e2b_double: E2BDouble) -> Iterator[tuple[int, l
             proc.wait(30)
         # Whatever the test did not reap goes now, so a failure leaves nothing running.
         reap(find_orphans(LeaseBook(leases, 10), owners={proc.pid}), LeaseBook(leases, 10))
+        wait_orphaned_children()
 
 
 def test_the_reaper_reclaims_what_a_killed_owner_left(

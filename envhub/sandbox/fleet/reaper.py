@@ -58,7 +58,7 @@ def find_orphans(
     owners: Collection[int] | None = None,
 ) -> list[Orphan]:
     """Every orphan of `providers`, from the leases in `book` and the owner marks; `owners` limits them to
-    those pids' (a test, or a user who knows which run died)."""
+    those pids' (a test, or a user who knows which run died), leaving out slots, whose owner is unknown."""
     found: dict[tuple[str, str], Orphan] = {}
     held: set[tuple[str, str]] = set()
     for lease in book.leases() if book is not None else []:
@@ -86,7 +86,7 @@ def find_orphans(
             key = (orphan.provider, orphan.ref)
             if key not in found and key not in held:
                 found[key] = orphan
-    return [o for o in found.values() if owners is None or o.owner_pid is None or o.owner_pid in owners]
+    return [o for o in found.values() if owners is None or o.owner_pid in owners]
 
 
 def reap(orphans: list[Orphan], book: LeaseBook | None = None) -> dict[Orphan, str | None]:
