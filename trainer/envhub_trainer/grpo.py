@@ -42,6 +42,7 @@ from envhub_trainer.config import TrainConfig
 from envhub_trainer.engine import RolloutEngine, weights_checksum
 from envhub_trainer.engines import make_engine
 from envhub_trainer.forward import micro_batch_logprobs, pack
+from envhub_trainer.grad_accumulation import fused_accumulation
 from envhub_trainer.loss import (
     LossStats,
     denominator,
@@ -248,13 +249,17 @@ def train_step(
     *,
     ref_model: Any = None,
     pad_id: int = 0,
+    fuse_accumulation: bool = True,
 ) -> dict[str, float]:
     """Accumulate the loss over micro-batches, every one divided by the step's global token count, then
     clip and step. One update per batch, so pi_old is the current model: ratio = exp(logp - sg[logp]).
 
     Under torch.distributed (a sharded `model`, see `distributed.py`) `samples` are this rank's share:
     the denominator counts every rank's tokens and gradients are summed over ranks, so the update equals
-    one process training on all the samples."""
+    one process training on all the samples.
+
+    Alone (not distributed), each micro-batch's weight gradients are added into `.grad` by the GEMMs
+    that compute them (`grad_accumulation.py`): the same sums without a separate pass per micro-batch."""
     trained = [s for s in samples if any(s.loss_mask[1:])]
     tokens, sequences = distributed.global_lengths([sum(s.loss_mask[1:]) for s in trained])
     scale = distributed.world_size()  # FSDP2 / DDP average gradients over ranks; the loss wants their sum
@@ -263,25 +268,27 @@ def train_step(
     stats, total = LossStats(), 0.0
     batches = micro_batches(trained, config)
     forwards = distributed.global_max(len(batches))  # before any forward: collectives run in one order
-    for rows in batches:
-        logprobs, tokens_of = micro_batch_logprobs(model, trained, rows, pad_id)
-        ref = None
-        if ref_model is not None:
-            with torch.no_grad():
-                ref, _ = micro_batch_logprobs(ref_model, trained, rows, pad_id)
-        loss, micro = grpo_loss(
-            logprobs,
-            logprobs.detach(),
-            tokens_of.advantages,
-            tokens_of.sequence_ids,
-            config.loss,
-            denominator=divide_by,
-            behaviour_logprobs=tokens_of.behaviour_logprobs,
-            ref_logprobs=ref,
-        )
-        loss.backward()  # type: ignore[no-untyped-call]
-        total += float(loss.detach()) / scale
-        stats.add(micro)
+    fused = fuse_accumulation and not distributed.active()
+    with fused_accumulation(model, enabled=fused):
+        for rows in batches:
+            logprobs, tokens_of = micro_batch_logprobs(model, trained, rows, pad_id)
+            ref = None
+            if ref_model is not None:
+                with torch.no_grad():
+                    ref, _ = micro_batch_logprobs(ref_model, trained, rows, pad_id)
+            loss, micro = grpo_loss(
+                logprobs,
+                logprobs.detach(),
+                tokens_of.advantages,
+                tokens_of.sequence_ids,
+                config.loss,
+                denominator=divide_by,
+                behaviour_logprobs=tokens_of.behaviour_logprobs,
+                ref_logprobs=ref,
+            )
+            loss.backward()  # type: ignore[no-untyped-call]
+            total += float(loss.detach()) / scale
+            stats.add(micro)
     for _ in range(forwards - len(batches)):
         # Sharded layers gather their weights in every forward: all ranks must run as many.
         ids = torch.full((1, 1), pad_id, dtype=torch.long, device=next(model.parameters()).device)

@@ -1,0 +1,99 @@
+"""One GRPO training step of bench-trl's shape, timed and profiled on its own (no rollout, no vLLM).
+
+    python benchmarks/train_step_speed.py [--repeats 5] [--profile]
+
+SmolLM2-135M-Instruct (fp32, the local copy `models.smollm2_dir` builds) trains on 32 sequences shaped
+like `make bench-trl`'s: the env's 50-token chat prompt and completions of at most 32 tokens (most at
+the cap, as the benchmark's are), micro-batches of 8, AdamW (fused), clip 1, the token-sum loss.
+Completion tokens and logprobs are random: the step's compute depends on the shapes only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from typing import Any
+
+import torch
+from envhub_trainer.config import TrainConfig
+from envhub_trainer.grpo import train_step
+from envhub_trainer.loss import LossConfig
+from envhub_trainer.models import smollm2_dir
+from envhub_trainer.samples import TrainSample
+
+PROMPT_TOKENS, COMPLETION_TOKENS, SEQUENCES = 50, 32, 32
+
+
+def bench_samples(seed: int = 0, vocab: int = 49152) -> list[TrainSample]:
+    """32 sequences of bench-trl's lengths: a 50-token prompt, then 3-32 sampled tokens (60% at 32)."""
+    rng = random.Random(seed)
+    samples = []
+    for i in range(SEQUENCES):
+        n = COMPLETION_TOKENS if rng.random() < 0.6 else rng.randint(3, COMPLETION_TOKENS - 1)
+        ids = [rng.randrange(vocab) for _ in range(PROMPT_TOKENS + n)]
+        mask = [0] * PROMPT_TOKENS + [1] * n
+        logprobs = [0.0] * PROMPT_TOKENS + [-rng.uniform(0.1, 3.0) for _ in range(n)]
+        samples.append(
+            TrainSample(
+                token_ids=ids,
+                loss_mask=mask,
+                logprobs=logprobs,
+                reward=float(i % 2),
+                group=i // 4,
+                episode_id=str(i),
+                version=0,
+                advantage=rng.choice([-1.0, 1.0]),
+            )
+        )
+    return samples
+
+
+def bench_config(**overrides: Any) -> TrainConfig:
+    loss = LossConfig(scale="batch", eps_low=0.2, eps_high=0.28, normalisation="token", is_cap=2.0)
+    fields: dict[str, Any] = {
+        "model": smollm2_dir(),
+        "env_id": "larger-number-v0",
+        "micro_batch_size": 8,
+        "max_grad_norm": 1.0,
+        "weight_decay": 0.0,
+        "lr": 3e-5,
+        "loss": loss,
+    }
+    return TrainConfig(**{**fields, **overrides})
+
+
+def load_model() -> tuple[Any, torch.optim.Optimizer]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(smollm2_dir(), local_files_only=True, dtype=torch.float32)
+    model.train()
+    return model, torch.optim.AdamW(model.parameters(), lr=3e-5, weight_decay=0.0, fused=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    model, optimiser = load_model()
+    samples, config = bench_samples(), bench_config()
+    train_step(model, optimiser, samples, config)  # warm-up
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            train_step(model, optimiser, samples, config)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
+        return
+    times = []
+    for _ in range(args.repeats):
+        started = time.perf_counter()
+        train_step(model, optimiser, samples, config)
+        times.append(time.perf_counter() - started)
+    print(f"train_step: median {statistics.median(times):.3f} s, min {min(times):.3f} s over {len(times)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""Gradients accumulated where they are computed: the weight gradient of every linear layer is added
+into `weight.grad` by its own matrix multiply (`addmm_`), and the embedding's into the rows it used.
+
+A step trains on several micro-batches. Autograd computes each micro-batch's weight gradients into
+fresh tensors and then adds them to `.grad`: for SmolLM2-135M that is a new 540 MB of gradients and
+a pass over 1.6 GB (read both, write one) per micro-batch after the first. The embedding is worse: its
+backward fills a dense vocabulary x hidden zero matrix (113 MB) to scatter a few hundred rows into,
+then adds all of it to the gradient it shares with the tied LM head. Here the weight-gradient GEMM
+writes into `.grad` directly (beta = 1), and the embedding adds only its rows, as Megatron's
+"gradient accumulation fusion" does on GPU. The sums are the same; only float rounding order
+changes (one accumulate instead of a separate add).
+
+Only for a model trained by this process alone: data-parallel training (DDP, FSDP2) reduces gradients
+from autograd's accumulation hooks, which this path does not run, so the trainer turns it off there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class _Linear(torch.autograd.Function):
+    """y = x W^T + b; backward returns the input's gradient and adds W's (and b's) into their .grad."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.bias = bias
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
+        x, weight = ctx.saved_tensors
+        grad_x = grad_out @ weight if ctx.needs_input_grad[0] else None
+        rows = grad_out.reshape(-1, grad_out.shape[-1])
+        if weight.requires_grad:
+            _accumulate_mm(weight, rows.t(), x.reshape(-1, x.shape[-1]))
+        bias = ctx.bias
+        if bias is not None and bias.requires_grad:
+            _accumulate(bias, rows.sum(0))
+        return grad_x, None, None
+
+
+class _Embedding(torch.autograd.Function):
+    """Row lookup; backward adds each used row's gradient into weight.grad (padding_idx rows get none)."""
+
+    @staticmethod
+    def forward(ctx: Any, ids: torch.Tensor, weight: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
+        ctx.save_for_backward(ids)
+        ctx.weight, ctx.padding_idx = weight, padding_idx
+        return F.embedding(ids, weight, padding_idx)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[None, None, None]:
+        (ids,) = ctx.saved_tensors
+        weight = ctx.weight
+        if not weight.requires_grad:
+            return None, None, None
+        flat_ids = ids.reshape(-1)
+        rows = grad_out.reshape(-1, grad_out.shape[-1])
+        if ctx.padding_idx is not None:
+            keep = flat_ids != ctx.padding_idx
+            flat_ids, rows = flat_ids[keep], rows[keep]
+        if weight.grad is None:
+            weight.grad = torch.zeros_like(weight)
+        weight.grad.index_add_(0, flat_ids, rows.to(weight.grad.dtype))
+        return None, None, None
+
+
+def _accumulate_mm(parameter: torch.Tensor, left: torch.Tensor, right: torch.Tensor) -> None:
+    """parameter.grad += left @ right, in one GEMM (beta = 1) once the gradient exists."""
+    if parameter.grad is None:
+        parameter.grad = torch.mm(left, right).to(parameter.dtype)
+    else:
+        parameter.grad.addmm_(left.to(parameter.grad.dtype), right.to(parameter.grad.dtype))
+
+
+def _accumulate(parameter: torch.Tensor, value: torch.Tensor) -> None:
+    if parameter.grad is None:
+        parameter.grad = value.to(parameter.dtype).clone()
+    else:
+        parameter.grad.add_(value)
+
+
+def _linear_forward(module: nn.Linear) -> Any:
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return _Linear.apply(x, module.weight, module.bias)  # type: ignore[no-any-return,no-untyped-call]
+
+    return forward
+
+
+def _embedding_forward(module: nn.Embedding) -> Any:
+    def forward(ids: torch.Tensor) -> torch.Tensor:
+        return _Embedding.apply(ids, module.weight, module.padding_idx)  # type: ignore[no-any-return,no-untyped-call]
+
+    return forward
+
+
+def _plain(module: nn.Module) -> bool:
+    """Modules whose forward is exactly the textbook one (no max_norm, no sparse grads, no hooks)."""
+    if type(module) is nn.Linear:
+        return True
+    if type(module) is nn.Embedding:
+        return module.max_norm is None and not module.sparse and not module.scale_grad_by_freq
+    return False
+
+
+@contextlib.contextmanager
+def fused_accumulation(model: Any, *, enabled: bool = True) -> Iterator[bool]:
+    """Within the block the model's linear and embedding layers accumulate their weight gradients in
+    place (see the module docstring); yields whether they do. Not `enabled`, or a model that is not a
+    plain `nn.Module` (DDP), is left as it is."""
+    if (
+        not enabled
+        or not isinstance(model, nn.Module)
+        or isinstance(model, nn.parallel.DistributedDataParallel)
+    ):
+        yield False
+        return
+    patched = []
+    for module in model.modules():
+        if not _plain(module) or "forward" in vars(module):
+            continue
+        if isinstance(module, nn.Linear):
+            module.forward = _linear_forward(module)  # type: ignore[method-assign]
+        else:
+            module.forward = _embedding_forward(module)  # type: ignore[arg-type]
+        patched.append(module)
+    try:
+        yield True
+    finally:
+        for module in patched:
+            del module.forward
