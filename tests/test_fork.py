@@ -17,6 +17,7 @@ from envhub.core import NotForkable
 from envhub.messages import Message, ToolCall
 from envhub.policies import load_policy
 from envhub.rollout import run_fork_group, summarize
+from envhub.sandbox import PythonWorker
 from envhub.store import read_episodes
 from tests.envhub_testkit.leaks import sandbox_footprint
 
@@ -193,6 +194,47 @@ async def test_a_repl_fork_that_cannot_replay_closes_what_it_opened() -> None:
         assert sandbox_footprint() == before
     finally:
         await env.close()
+
+
+class WorkerFirst(envhub.ToolEnv):
+    """Holds its REPL in an attribute made before its sandbox's: the worker is forked first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.worker: PythonWorker | None = None
+        self.box: envhub.sandbox.Sandbox | None = None
+
+    async def setup(self, rng: random.Random) -> str:
+        self.box = await envhub.sandbox.open("local")
+        self.worker = await self.box.python()
+        return "Use the REPL."
+
+    async def close(self) -> None:
+        if self.worker is not None:
+            await self.worker.close()
+        if self.box is not None:
+            await self.box.close()
+
+
+async def test_a_worker_forked_before_its_sandbox_forks_it_once_for_the_child() -> None:
+    env = WorkerFirst()
+    children: list[WorkerFirst] = []
+    try:
+        await env.reset(seed=0)
+        assert env.worker is not None
+        await env.worker.run("x = 1\nopen('f', 'w').write('parent')")
+        before = sandbox_footprint()  # the parent's sandbox (and any spare the pool keeps) included
+        children = await env.fork(2)
+        for child in children:
+            assert child.worker is not None and child.box is not None and child.box is not env.box
+            assert child.worker._sandbox is child.box  # the one sandbox the child holds, not a second
+            assert (await child.worker.run("x, open('f').read()")).stdout == "(1, 'parent')\n"
+        for child in children:
+            await child.close()
+        assert sandbox_footprint() == before
+    finally:
+        for e in (*children, env):
+            await e.close()
 
 
 async def test_run_fork_group_records_the_prefix_and_whole_children() -> None:
