@@ -7,7 +7,8 @@ not only to exist) and closes it; creations/s is N over the wall time. "backend"
 `envhub.sandbox.backends.create`; "fleet" is the same provider as a fleet's only one, so the difference
 is the fleet's own work (quota, lease file written and removed, heartbeat). Each side is measured twice,
 in the order backend, fleet, fleet, backend, and the two rates averaged. With `--rate R`, a last row
-shows the fleet's token bucket holding creations to R per second.
+shows the fleet's token bucket holding creations to R per second. A last line times the fleet's own
+bookkeeping per sandbox with no backend at all (what the ratio column cannot resolve on a busy host).
 """
 
 from __future__ import annotations
@@ -68,6 +69,22 @@ async def measure(
     )
 
 
+def bookkeeping_ms(leases: Path, n: int = 2000) -> float:
+    """The fleet's own work per sandbox, apart from any backend: a quota taken and given back, a lease
+    granted, renewed once (one heartbeat) and released. Milliseconds each."""
+    from envhub.sandbox.fleet import LeaseBook, Quota
+
+    book, quota = LeaseBook(leases, 30.0), Quota(None)
+    started = time.perf_counter()
+    for i in range(n):
+        quota.try_take()
+        lease = book.grant("local", f"/tmp/envhub-sandbox-bench-{i}")
+        book.renew(lease)
+        book.release(lease)
+        quota.give_back()
+    return 1000 * (time.perf_counter() - started) / n
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--creations", type=int, default=40)
@@ -86,6 +103,10 @@ async def main() -> None:
                 await measure(provider, args.creations, concurrency, Path(leases), None)
             if args.rate:
                 await measure(provider, args.creations, max(args.concurrency), Path(leases), args.rate)
+        print(
+            f"\nfleet bookkeeping per sandbox (quota, lease grant + 1 renewal + release): "
+            f"{bookkeeping_ms(Path(leases)):.3f} ms"
+        )
 
 
 if __name__ == "__main__":
