@@ -10,21 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import random
+import ssl
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
-CONNECTIONS_PER_POOL = 32
-"""The most connections one httpx pool holds. httpcore's pool scans all its connections, and for each
-waiting request all of them again, whenever a request starts or ends: one pool of thousands of
-connections, or with thousands of requests waiting, spends its time scanning (1,000 concurrent
-episodes through one pool slowed to ~10 steps/s). So requests wait for a free connection in a queue
-of our own, and each connection slot belongs to one of many small pools."""
+CONNECTIONS_PER_POOL = 1
+"""The connections one httpx client (one httpcore pool) holds: one. httpcore's pool scans all its
+connections whenever a request starts or ends, and for each idle one asks its socket whether it is still
+readable (a `poll`, a `getpeername` and a dict of anyio attributes each time), so a request's cost grew
+with the pool: 1,000 concurrent episodes ran at 184 steps/s over pools of 32 and 411 over pools of one
+(docs/benchmarks.md). So requests wait for a free connection in a queue of our own, and each
+connection is its own client."""
+
+_READ = httpx.ByteStream(b"")
+"""Stands for a response's stream once its body is read: httpx binds the stream to its response and
+the response to the stream (a reference cycle of ~20 objects per request, down to httpcore's), which
+only the cyclic GC would free; replacing the spent stream lets reference counting free them at once."""
 
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 """Answers that mean "try again later": rate limiting and an overloaded or restarting server."""
@@ -98,9 +103,8 @@ class RetryingClient:
     `max_backoff`. httpx clients belong to the event loop that made them, so each loop gets its own; a
     request waits for a free connection without a time limit (the caller's concurrency bounds that
     wait, and a request must not time out before it was ever sent). That wait is in a queue of free
-    connection slots, and the `max_connections` are split over pools of at most
-    `CONNECTIONS_PER_POOL`, so that thousands of concurrent requests do not stall in httpx's
-    bookkeeping.
+    connections of our own, each connection its own httpx client (`CONNECTIONS_PER_POOL`), so that
+    thousands of concurrent requests do not stall in httpx's bookkeeping.
     """
 
     def __init__(
@@ -133,37 +137,32 @@ class RetryingClient:
         """The server's answer to `body` as JSON: any status but a retried one, after retrying those.
 
         Raises ServerGaveUp when every attempt failed transiently, RequestNotSent when it could not be sent.
+        A plain loop, not tenacity: its `AsyncRetrying` made ~25 objects in reference cycles per request
+        (a thread-local, a Future with its Condition and RLock), garbage only the cyclic GC frees, which
+        with thousands of episodes in flight is what slowed the process (docs/benchmarks.md).
         """
         failures: list[Failure] = []
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.max_retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception_type(_Transient),
-            reraise=True,
-        )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    try:
-                        return await self._post_once(url, body)
-                    except _Transient as exc:
-                        failures.append(exc.failure)
-                        raise
-        except _Transient:
-            raise ServerGaveUp(url, failures) from None
-        raise AssertionError("unreachable: tenacity either returns, retries or re-raises")
+        while True:
+            try:
+                return await self._post_once(url, body)
+            except _Transient as exc:
+                failures.append(exc.failure)
+            if len(failures) > self.max_retries:
+                raise ServerGaveUp(url, failures)
+            await asyncio.sleep(self._wait(len(failures), failures[-1]))
 
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(exc, _Transient) and exc.failure.retry_after is not None:
-            return min(exc.failure.retry_after, self.max_backoff)
-        exponential = self.backoff * 2.0 ** (state.attempt_number - 1)
+    def _wait(self, attempt: int, failure: Failure) -> float:
+        """Seconds before the attempt after `attempt` (from 1), which failed with `failure`."""
+        if failure.retry_after is not None:
+            return min(failure.retry_after, self.max_backoff)
+        exponential = self.backoff * 2.0 ** (attempt - 1)
         return min(self.max_backoff, exponential + random.uniform(0, self.backoff))
 
     async def _post_once(self, url: str, body: object) -> httpx.Response:
         try:
             async with self._slot() as client:
                 response = await client.post(url, json=body)
+            response.stream = _READ  # the read body is in `content`; this ends a cycle (see _READ)
         except httpx.TimeoutException as exc:
             detail = f"did not answer within {self.timeout} s ({type(exc).__name__})"
             raise _Transient(Failure("timeout", detail)) from exc
@@ -179,17 +178,12 @@ class RetryingClient:
         return response
 
     def _slot(self) -> contextlib.AbstractAsyncContextManager[httpx.AsyncClient]:
-        """A free connection slot of this event loop's pools (made on first use), held for one request."""
+        """A free connection of this event loop's (made on first use), held for one request."""
         loop = asyncio.get_running_loop()
         pools = self._pools.get(loop)
         if pools is None:
-            pools = self._pools[loop] = _Pools(self._pool_sizes(), self.headers, self.timeout)
+            pools = self._pools[loop] = _Pools(self.max_connections, self.headers, self.timeout)
         return pools.slot()
-
-    def _pool_sizes(self) -> list[int]:
-        """`max_connections` split as evenly as can be over pools of at most CONNECTIONS_PER_POOL."""
-        count = math.ceil(self.max_connections / CONNECTIONS_PER_POOL)
-        return [self.max_connections // count + (i < self.max_connections % count) for i in range(count)]
 
     async def close(self) -> None:
         """Close this event loop's connections (and forget other loops', which closed with their loops)."""
@@ -200,32 +194,40 @@ class RetryingClient:
 
 
 class _Pools:
-    """One event loop's httpx clients, and a slot for each connection they may hold.
+    """One event loop's connections, each its own httpx client, and a queue of the free ones.
 
-    A request takes a slot before it reaches httpx, so no pool ever has a request waiting, and gives
-    it back after; the slot given back last is taken first, so a light load keeps reusing the same
-    warm connections instead of opening one in every pool.
+    A request takes a free client before it reaches httpx, so no httpx pool ever has a request waiting
+    or more than one connection to scan, and gives it back after; the client given back last is taken
+    first, so a light load keeps reusing the same warm connections. Clients are made when first needed,
+    so `max_connections` costs nothing until the load asks for that many.
     """
 
-    def __init__(self, sizes: list[int], headers: dict[str, str], timeout: float) -> None:
-        tls = httpx.create_ssl_context()  # one for all: each costs ~40 ms of reading CA certificates
-        self.clients = [
-            httpx.AsyncClient(
-                verify=tls,
-                headers=headers,
-                timeout=httpx.Timeout(timeout, pool=None),
-                limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
-            )
-            for size in sizes
-        ]
-        self.free: asyncio.LifoQueue[httpx.AsyncClient] = asyncio.LifoQueue()
-        for client, size in zip(self.clients, sizes, strict=True):
-            for _ in range(size):
-                self.free.put_nowait(client)
+    def __init__(self, size: int, headers: dict[str, str], timeout: float) -> None:
+        self.headers, self.timeout = headers, timeout
+        self.tls: ssl.SSLContext | None = None
+        self.clients: list[httpx.AsyncClient] = []
+        self.free: asyncio.LifoQueue[httpx.AsyncClient | None] = asyncio.LifoQueue()
+        for _ in range(size):
+            self.free.put_nowait(None)  # a connection not made yet
+
+    def _client(self) -> httpx.AsyncClient:
+        if self.tls is None:
+            self.tls = httpx.create_ssl_context()  # one for all: each costs ~40 ms of reading CA certificates
+        limits = httpx.Limits(
+            max_connections=CONNECTIONS_PER_POOL, max_keepalive_connections=CONNECTIONS_PER_POOL
+        )
+        client = httpx.AsyncClient(
+            verify=self.tls,
+            headers=self.headers,
+            timeout=httpx.Timeout(self.timeout, pool=None),
+            limits=limits,
+        )
+        self.clients.append(client)
+        return client
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[httpx.AsyncClient]:
-        client = await self.free.get()
+        client = await self.free.get() or self._client()
         try:
             yield client
         finally:
