@@ -32,6 +32,7 @@ from envhub.rollout import (
     summary_table,
 )
 from envhub.rollout import rollout as batch_rollout
+from envhub.rollout.gc_policy import batch_gc
 from envhub.rollout.ray_backend import RayWorkerLost
 from envhub.store import load_manifest, read_episodes
 
@@ -233,7 +234,8 @@ def rollout(
             await player.close()  # the HTTP connection pool or local model lives in this loop
 
     try:
-        result = asyncio.run(run())
+        with batch_gc():  # rare full GCs while thousands of episodes are in flight (gc_policy.py)
+            result = asyncio.run(run())
     except (*USER_ERRORS, ModuleNotFoundError, RayWorkerLost) as exc:
         _stop(progress)
         raise fail(exc) from exc
