@@ -80,6 +80,11 @@ MAX_TIMER_SECONDS = 2_000_000.0
 class MiniWoBEnv(WebTasks):
     """A MiniWoB++ task from the miniwob package, played in headless Chromium with the browser tools."""
 
+    forkable = (
+        "a MiniWoB task is started by scripts the env runs at reset (its seed, startEpisodeReal), which a "
+        "child's replay of the agent's actions cannot repeat; play each branch from reset"
+    )
+
     task: str = ""
     """The miniwob task name (its `subdomain`), set by each id's subclass in `envhub_miniwob.tasks`; an
     instance may be pointed at another task between episodes (one browser for many tasks)."""

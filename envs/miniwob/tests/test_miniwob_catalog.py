@@ -121,3 +121,11 @@ def test_algebra_solution(problem: str, answer: str) -> None:
         ],
     )
     assert simple_algebra(page) == ("type", {"text": answer, "element": 1})
+
+
+async def test_a_miniwob_fork_is_refused_before_any_child_is_made() -> None:
+    """MiniWoB inherits the web tasks' fork, which replays the agent's actions; its tasks are started by
+    reset scripts that a replay cannot repeat, so it declares why, and no browser is started for it."""
+    env = envhub.make("miniwob/click-test")
+    with pytest.raises(envhub.NotForkable, match="started by scripts the env runs at reset"):
+        await env.fork(1)
