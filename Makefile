@@ -106,6 +106,7 @@ bench: install
 	$(PY) benchmarks/step_overhead.py
 	$(PY) benchmarks/rollout.py --ray
 	$(PY) benchmarks/sandbox.py
+	$(PY) benchmarks/families.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
