@@ -207,6 +207,8 @@ async def _reset(
         "prompt": observation,
         "tools": list(env.tools),  # the schemas the policy saw: the stored `tools` column (docs/episodes.md)
         "isolation": reset_info.isolation,
+        # The backend its sandbox ran on: through the fleet, the provider it landed on after failover.
+        "sandbox_provider": (reset_info.isolation or {}).get("backend"),
     }
 
 
