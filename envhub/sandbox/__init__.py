@@ -5,7 +5,9 @@
         report = sb.report()          # what was enforced, and how; stored with the episode
 
 Backends: `local` (bubblewrap, the embedded default), `docker` (the `docker` extra and an engine),
-`e2b` (the `e2b` extra and E2B_API_KEY). `docs/sandboxes.md` has the threat model and what each enforces.
+`e2b` (the `e2b` extra and E2B_API_KEY), and `fleet`: any of them in a declared order under quotas and
+rate limits, with leases and a reaper (`envhub.sandbox.fleet`, configured by ENVHUB_FLEET).
+`docs/sandboxes.md` has the threat model and what each enforces.
 """
 
 from __future__ import annotations
