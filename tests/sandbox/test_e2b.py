@@ -113,6 +113,12 @@ async def test_a_timed_out_command_is_killed_in_the_sandbox(double: E2BDouble) -
     async with sandbox.open("e2b") as sb:
         r = await sb.exec("sleep 60", timeout=1)
         assert r.timed_out and r.exit_code == -1
+        # The kill is sent before exec returns; the double reaps the process on its own loop a moment
+        # later, so look for up to 10 s (the command itself would run for 60).
+        for _ in range(200):
+            if not [p for p in double.processes() if p.alive]:
+                break
+            await asyncio.sleep(0.05)
         assert not [p for p in double.processes() if p.alive], "the timed-out command still runs"
         assert (await sb.exec("echo still usable")).stdout == "still usable\n"
 
