@@ -11,8 +11,9 @@ instead of a hung benchmark; each level runs once per GC policy (`--gc`: CPython
 envhub.rollout.gc_policy.batch_gc), so the before/after rows come from the same minutes.
 
 A stall, measured: the longest time without a finished turn (from the start, so the time to the first
-turn counts), how late a 0.25 s timer of the event loop woke at worst (loop lag), and the p99 step
-latency against the server's own p99 service time (what the turn would cost with no client in the way).
+turn counts; and from the first turn on), how late a 0.25 s timer of the event loop woke at worst (loop
+lag), and the p99 step latency against the server's own p99 service time (what a turn would cost with
+no client in the way).
 Recorded with them per level: steps/s (turns finished per second of wall time), p50/p99 step latency
 (the policy call as the runner timed it: waiting for a connection, the request and the model delay),
 the client's CPU per turn and the server's per request, the cyclic GC's pauses per generation (CPU
@@ -250,9 +251,9 @@ class Clock:
             await asyncio.sleep(every)
             self.loop_lag = max(self.loop_lag, time.perf_counter() - asked - every)
 
-    def longest_gap(self, started: float) -> float:
-        """The longest time without a completion, from the start to the last one."""
-        times = [started, *sorted(self.completions)]
+    def longest_gap(self, started: float | None = None) -> float:
+        """The longest time without a completion, from `started` (else the first one) to the last one."""
+        times = sorted(self.completions) if started is None else [started, *sorted(self.completions)]
         return max((b - a for a, b in itertools.pairwise(times)), default=float("nan"))
 
 
@@ -332,6 +333,7 @@ async def play_level(
         "client_cpu_ms_per_step": round(1000 * cpu / max(len(latencies), 1), 2),
         "first_step_s": round(min(clock.completions, default=float("nan")) - started, 3),
         "longest_gap_s": round(clock.longest_gap(started), 3),
+        "longest_gap_after_first_s": round(clock.longest_gap(), 3),
         "loop_lag_s": round(clock.loop_lag, 3),
         "gc_s": [round(s, 2) for s in pauses.seconds],
         "gc_cpu_s": [round(s, 2) for s in pauses.cpu],
@@ -392,7 +394,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         ("server p50/p99 s", "server"),
         ("CPU ms/step client/server", "cpu"),
         ("first step s", "first_step_s"),
-        ("longest gap s", "longest_gap_s"),
+        ("longest gap s (after the first step)", "gaps"),
         ("loop lag s", "loop_lag_s"),
         ("client CPU s", "client_cpu_s"),
         ("GC CPU s (gen 0/1/2)", "gc_cpu"),
@@ -413,6 +415,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             "server": f"{row['server_p50_s']}/{row['server_p99_s']}",
             "gc_cpu": "/".join(str(s) for s in row["gc_cpu_s"]),
             "gc_wall": round(sum(row["gc_s"]), 1),
+            "gaps": f"{row['longest_gap_s']} ({row['longest_gap_after_first_s']})",
             "gen2": row["gc_count"][2],
         }
         lines.append("| " + " | ".join(str(row[key]) for _, key in columns) + " |")
