@@ -74,14 +74,15 @@ def played(episodes: list[Episode]) -> list[tuple[Any, ...]]:
 def test_cli_rollout_spreads_sandboxed_episodes_over_the_sandbox_nodes(
     cluster: RayCluster, tmp_path: Path
 ) -> None:
-    """`envhub rollout --backend auto` with the cluster's address: episodes only on the nodes that have
-    the `sandbox` resource (never the head, which has none), on both of them, each recording its node."""
+    """`envhub rollout --backend ray://HOST:PORT` (the cluster's Ray Client): episodes only on the nodes
+    that have the `sandbox` resource (never the head, which has none), on both of them, each recording
+    its node."""
     out = tmp_path / "out"
     command = [
         sys.executable, "-m", "envhub", "rollout", SANDBOXED, "--episodes", "8", "--seed", "7",
-        "--concurrency", "4", "--backend", "auto", "--out", str(out),
+        "--concurrency", "4", "--backend", cluster.client_address, "--out", str(out),
     ]  # fmt: skip
-    env = {**os.environ, "RAY_ADDRESS": cluster.address, "COLUMNS": "200"}
+    env = {**os.environ, "COLUMNS": "200"}
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     episodes = read_episodes(out)

@@ -219,13 +219,19 @@ def ray_cluster(head: NodeSpec, workers: list[NodeSpec], pythonpath: list[str]) 
         "PYTHONPATH": os.pathsep.join([*pythonpath, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         "RAY_USAGE_STATS_ENABLED": "0",
         "RAY_ADDRESS": "",
-        "RAY_AUTH_MODE": "disabled",  # as the test driver's own Ray expects; the nodes talk on this host
+        "RAY_AUTH_MODE": "token",  # Ray's default for a started cluster: the token is ~/.ray/auth_token
         # A killed node is declared dead after ~3 s rather than Ray's default ~30 s:
         "RAY_health_check_period_ms": "1000",
         "RAY_health_check_timeout_ms": "1000",
         "RAY_health_check_failure_threshold": "3",
+        "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "120",  # a Ray Client's server starts slowly when loaded
     }
     cluster = RayCluster(address, f"ray://127.0.0.1:{client_port}", temp_dir)
+    # The driver (this process, and the commands it runs) must use the cluster's token too. A local
+    # `ray.init` sets this for the rest of its process; a process that never ran one has it unset,
+    # which means "disabled".
+    auth_mode = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "token"
     try:
         cluster.nodes[head.name] = _start(head, temp_dir, env, ports[:3], address)
         ray.init(address=address, logging_level=logging.WARNING)
@@ -237,3 +243,7 @@ def ray_cluster(head: NodeSpec, workers: list[NodeSpec], pythonpath: list[str]) 
     finally:
         ray.shutdown()
         cluster.stop()
+        if auth_mode is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = auth_mode
