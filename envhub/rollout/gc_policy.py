@@ -3,18 +3,21 @@
 CPython frees most objects by reference counting; its cyclic GC exists for reference cycles, and it
 decides when to run by counting allocations, not garbage. A batch with thousands of episodes in flight
 allocates fast, and the objects of an in-flight turn (its messages, the request, the connection's
-state) live across the model's latency, so every young collection finds them alive and promotes them;
-they die soon after, in the oldest generation, where only a full collection looks. Full collections
-are then frequent, and each walks every tracked object of the process: every in-flight episode and
-every finished record. With 5,000-20,000 episodes in flight that was pauses of 0.4-3 s, 20-30% of the
-batch's wall time, during which no turn could finish (docs/benchmarks.md, benchmarks/concurrency.py).
+state) live across the model's latency, so the young collections find them alive and promote them to
+the oldest generation. CPython starts a full collection once the objects promoted since the last one
+reach a quarter of those that survived it, counting promotions, not deaths: these turns' objects, dead
+soon after, make full collections frequent, and each walks every tracked object of the process, every
+in-flight episode and every finished record. At 5,000-20,000 episodes in flight that was 11-17 full
+collections a minute, pauses of up to 3.5-6.5 s on a loaded 2-core host, and 41-54% of the client's
+CPU, time in which no turn could finish (benchmarks/concurrency.py; docs/benchmarks.md).
 
 `batch_gc()` changes three things for the duration of a batch, and puts them back after:
 
 - `gc.freeze()` moves every object alive at the start (imported modules, the policy, the caller's
   state) out of the collector's sight: they are not garbage, and no collection need walk them again;
-- the young generation's threshold is raised (700 -> `young` net allocations), so an in-flight
-  turn's objects are more often dead by the time a collection looks, and fewer are promoted;
+- the young generation's threshold is raised (700 -> `young` net allocations, and the middle's
+  10 -> `middle` young collections), so an in-flight turn's objects are more often dead by the time a
+  collection looks, and fewer are promoted;
 - the oldest generation's threshold is raised (10 -> `old` middle collections), so full collections,
   the ones that walk the whole heap, are rare; they still run, so cycles that an env or a policy makes
   are still freed, later.
