@@ -1,11 +1,15 @@
 """One GRPO training step of bench-trl's shape, timed and profiled on its own (no rollout, no vLLM).
 
-    python benchmarks/train_step_speed.py [--repeats 5] [--profile]
+    python benchmarks/train_step_speed.py [--repeats 5] [--threads 2] [--profile]
 
 SmolLM2-135M-Instruct (fp32, the local copy `models.smollm2_dir` builds) trains on 32 sequences shaped
 like `make bench-trl`'s: the env's 50-token chat prompt and completions of at most 32 tokens (most at
 the cap, as the benchmark's are), micro-batches of 8, AdamW (fused), clip 1, the token-sum loss.
 Completion tokens and logprobs are random: the step's compute depends on the shapes only.
+
+Prints the step with and without in-place gradient accumulation (`grad_accumulation.py`), alternated
+in the same minutes so a shared host's load hits both alike: each one's process CPU seconds (what
+other processes' load inflates least) and wall seconds, min and median over the repeats.
 """
 
 from __future__ import annotations
@@ -75,8 +79,10 @@ def load_model() -> tuple[Any, torch.optim.Optimizer]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--profile", action="store_true", help="profile one step instead (torch.profiler)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     model, optimiser = load_model()
     samples, config = bench_samples(), bench_config()
     train_step(model, optimiser, samples, config)  # warm-up
@@ -87,12 +93,20 @@ def main() -> None:
             train_step(model, optimiser, samples, config)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
         return
-    times = []
+    variants = {"autograd accumulation": False, "in-place accumulation": True}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(args.repeats):
-        started = time.perf_counter()
-        train_step(model, optimiser, samples, config)
-        times.append(time.perf_counter() - started)
-    print(f"train_step: median {statistics.median(times):.3f} s, min {min(times):.3f} s over {len(times)}")
+        for name, fuse in variants.items():
+            cpu, wall = time.process_time(), time.perf_counter()
+            train_step(model, optimiser, samples, config, fuse_accumulation=fuse)
+            times[name].append((time.process_time() - cpu, time.perf_counter() - wall))
+    print(f"one training step, {SEQUENCES} sequences, {args.threads} threads, {args.repeats} repeats each")
+    for name, measured in times.items():
+        cpus, walls = [m[0] for m in measured], [m[1] for m in measured]
+        print(
+            f"  {name}: CPU s min {min(cpus):.2f} median {statistics.median(cpus):.2f}; "
+            f"wall s min {min(walls):.2f} median {statistics.median(walls):.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -264,11 +264,12 @@ def train_step(
     tokens, sequences = distributed.global_lengths([sum(s.loss_mask[1:]) for s in trained])
     scale = distributed.world_size()  # FSDP2 / DDP average gradients over ranks; the loss wants their sum
     divide_by = denominator(tokens, sequences, config.loss) / scale
-    optimiser.zero_grad()
+    fused = fuse_accumulation and not distributed.active()
+    if not fused:
+        optimiser.zero_grad()  # fused: the block below starts the step's gradients itself
     stats, total = LossStats(), 0.0
     batches = micro_batches(trained, config)
     forwards = distributed.global_max(len(batches))  # before any forward: collectives run in one order
-    fused = fuse_accumulation and not distributed.active()
     with fused_accumulation(model, enabled=fused):
         for rows in batches:
             logprobs, tokens_of = micro_batch_logprobs(model, trained, rows, pad_id)

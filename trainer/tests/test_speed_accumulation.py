@@ -109,6 +109,39 @@ def test_the_same_update_over_three_steps() -> None:
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=name)
 
 
+def test_a_gradient_the_step_does_not_write_is_not_the_last_steps() -> None:
+    """Kept gradients are overwritten by a step's first write; a layer the step never ran ends with
+    none (as after zero_grad), so the optimiser cannot apply the last step's gradient again."""
+    model = llama(True)
+    model.unused = torch.nn.Linear(4, 4)  # in the model, never in its forward
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.0)
+    model.unused.weight.grad = torch.ones(4, 4)
+    assert grad_of(model.lm_head.weight) is None
+    train_step(model, optimiser, samples(), config(), pad_id=PAD)
+    assert grad_of(model.unused.weight) is None
+    head = grad_of(model.lm_head.weight)
+    assert head is not None and torch.count_nonzero(head) > 0
+    reference = copy.deepcopy(model)  # the same weights (lr 0), with this step's gradients
+    train_step(model, optimiser, samples(seed=1), config(), pad_id=PAD)
+    assert grad_of(model.lm_head.weight) is head  # overwritten in place, not freed and allocated again
+    train_step(
+        reference, optimiser_of(reference), samples(seed=1), config(), pad_id=PAD, fuse_accumulation=False
+    )
+    for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters(), strict=True):
+        if name.startswith("unused"):
+            continue
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def grad_of(parameter: torch.Tensor) -> torch.Tensor | None:
+    """The gradient as it is now (a function, so that type checkers do not carry a narrowing over)."""
+    return parameter.grad
+
+
+def optimiser_of(model: Any) -> torch.optim.Optimizer:
+    return torch.optim.SGD(model.parameters(), lr=0.0)
+
+
 def test_the_model_is_itself_again_after_the_block() -> None:
     """The patch is per call: afterwards no module holds a forward of its own, and a plain backward
     accumulates through autograd as before."""
