@@ -85,6 +85,11 @@ async def _open(
 ) -> Sandbox:
     """A started spare when the local backend is asked for with the default policy (`spare=False` opts
     out; a pool's own `start_server` never takes one), else a new sandbox from the backend."""
+    if backend == "fleet":
+        from envhub.sandbox.fleet import shared_fleet
+
+        # The order, quotas and rate limits come from ENVHUB_FLEET; report().backend names the provider.
+        return await shared_fleet().open(policy, image, options)
     options = dict(options)
     spare = options.pop("spare", True)
     local = backend == "local" or (backend == "auto" and not os.environ.get("E2B_API_KEY"))

@@ -20,11 +20,11 @@ async def create(
     and e2b need their extras."""
     if backend == "auto":
         backend = "e2b" if os.environ.get("E2B_API_KEY") else "local"
-    if backend == "fleet":
-        from envhub.sandbox.fleet import shared_fleet
-
-        # The order, quotas and rate limits come from ENVHUB_FLEET; report().backend names the provider.
-        return await shared_fleet().open(policy, image, options)
+    if backend == "fleet":  # the fleet sits above the backends (it calls this function for each provider)
+        raise ValueError(
+            "the fleet opens sandboxes through envhub.sandbox.open('fleet'), which applies its quotas and "
+            "leases; a SandboxPool of fleet sandboxes is not supported: pool one provider instead"
+        )
     if backend in BACKENDS:
         policy.check_backend(backend)  # options only some backends can honour are refused, never ignored
     if backend == "local":
