@@ -353,12 +353,20 @@ class RayEpisodePool:
         return {name: 1.0}
 
     def capacity(self, env_id: str | None) -> int:
-        """How many actors for `env_id` the cluster holds: units of its resource, or else CPUs."""
+        """How many actors for `env_id` the cluster holds: one per CPU of each node that has its resource,
+        at most that node's units of it (an actor plays many episodes at once, so more actors than
+        cores only add processes), or one per CPU of the cluster for an env that needs no resource."""
         resources = self.resources_for(env_id)
-        total = self._ray().cluster_resources()
+        ray = self._ray()
         if not resources:
-            return max(1, int(total.get("CPU", 1)))
-        return max(1, min(int(total.get(name, 0) // max(need, 1e-9)) for name, need in resources.items()))
+            return max(1, int(ray.cluster_resources().get("CPU", 1)))
+        count = 0
+        for node in ray.nodes():
+            if node.get("Alive"):
+                have = node.get("Resources", {})
+                units = min(int(have.get(name, 0) // max(need, 1e-9)) for name, need in resources.items())
+                count += min(units, max(1, int(have.get("CPU", 1))))
+        return max(1, count)
 
     def _ray(self) -> Any:
         """The `ray` module, connected: to the current connection, or to a Ray instance the pool starts."""

@@ -203,6 +203,22 @@ def _wait_for(cluster: RayCluster, names: list[str]) -> None:
         time.sleep(0.5)
 
 
+def _driver_auth_mode(mode: str | None) -> str | None:
+    """Set this process's Ray authentication mode (None: unset, which Ray reads as disabled); returns
+    the one it replaces. The driver (this process, and the commands it runs) must use the cluster's:
+    a local `ray.init` switches its process to token mode for good, while a process that never ran one
+    is in disabled mode, and Ray reads the mode once, so it is refreshed as Ray's own setup does."""
+    from ray._raylet import Config  # type: ignore[attr-defined]
+
+    previous = os.environ.get("RAY_AUTH_MODE")
+    if mode is None:
+        os.environ.pop("RAY_AUTH_MODE", None)
+    else:
+        os.environ["RAY_AUTH_MODE"] = mode
+    Config.initialize("")
+    return previous
+
+
 @contextlib.contextmanager
 def ray_cluster(head: NodeSpec, workers: list[NodeSpec], pythonpath: list[str]) -> Iterator[RayCluster]:
     """A cluster of `head` and `workers`, each node a raylet with its resources plus `node-NAME`, this
@@ -227,23 +243,16 @@ def ray_cluster(head: NodeSpec, workers: list[NodeSpec], pythonpath: list[str]) 
         "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "120",  # a Ray Client's server starts slowly when loaded
     }
     cluster = RayCluster(address, f"ray://127.0.0.1:{client_port}", temp_dir)
-    # The driver (this process, and the commands it runs) must use the cluster's token too. A local
-    # `ray.init` sets this for the rest of its process; a process that never ran one has it unset,
-    # which means "disabled".
-    auth_mode = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "token"
+    auth_mode = _driver_auth_mode("token")
     try:
         cluster.nodes[head.name] = _start(head, temp_dir, env, ports[:3], address)
         ray.init(address=address, logging_level=logging.WARNING)
         _wait_for(cluster, [head.name])
-        for spec, agent_port in zip(workers, ports[3:], strict=True):
-            cluster.nodes[spec.name] = _start(spec, temp_dir, env, [agent_port], address)
-        _wait_for(cluster, [spec.name for spec in workers])
+        for spec, agent_port in zip(workers, ports[3:], strict=True):  # one at a time: nodes sharing a
+            cluster.nodes[spec.name] = _start(spec, temp_dir, env, [agent_port], address)  # temp dir race
+            _wait_for(cluster, [spec.name])  # for their socket names (bind: Address already in use)
         yield cluster
     finally:
         ray.shutdown()
         cluster.stop()
-        if auth_mode is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = auth_mode
+        _driver_auth_mode(auth_mode)
