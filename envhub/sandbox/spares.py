@@ -1,8 +1,8 @@
 """The started spares behind `envhub.sandbox.open("local")`: a cold open takes a ready sandbox and a fresh
 one is prepared in the background. A spare is handed out once and never taken back.
 
-The replacement for a spare taken starts when that sandbox is closed, or REPLACE_AFTER_S after it was
-taken if it is still open then: not at once, since building a sandbox takes tens of milliseconds of CPU
+The replacement for a spare taken starts just after that sandbox is closed, or REPLACE_AFTER_S after it
+was taken if it is still open then: not at once, since building a sandbox takes tens of milliseconds of CPU
 and would compete, for the host's cores and its event loop, with the very first commands of the episode
 that took the spare. An open that finds no spare ready starts one at once, for the next open.
 
@@ -35,6 +35,11 @@ MAX_SPARES = 8
 REPLACE_AFTER_S = 0.1
 """How long after a spare is taken its replacement starts, if the episode has not closed it by then: the
 episode's first commands (its set-up, usually) run on a host not busy building the next sandbox."""
+AFTER_CLOSE_S = 0.01
+"""How long after a taken spare is closed its replacement starts. Not at once: a program's last act is
+often that close, and a sandbox start begun in the event loop's last turn, then cancelled by its
+shutdown before asyncio connected the process's pipes, never hears of the process's exit (Python 3.11):
+asyncio.run would hang. A timer is cancelled with the spares instead."""
 _spares: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Spares] = weakref.WeakKeyDictionary()
 _guards: set[asyncio.Task[None]] = set()
 
@@ -101,19 +106,30 @@ class Spares:
         return sandbox
 
     def _replace_later(self, sandbox: Sandbox) -> None:
-        """Warm a replacement when `sandbox` closes or REPLACE_AFTER_S from now, whichever is first."""
+        """Warm a replacement when `sandbox` closes (AFTER_CLOSE_S later) or REPLACE_AFTER_S from now,
+        whichever is first."""
+        timer = self._after(REPLACE_AFTER_S)
+
+        def closed() -> None:
+            timer.cancel()
+            self._timers.discard(timer)
+            self._after(AFTER_CLOSE_S)
+
+        on_closed: Callable[[Callable[[], None]], None] = sandbox.on_closed  # type: ignore[attr-defined]
+        on_closed(closed)
+
+    def _after(self, delay: float) -> asyncio.TimerHandle:
+        """warm() in `delay` seconds, unless the spares are closed first."""
         timer: asyncio.TimerHandle | None = None
 
         def due() -> None:
             if timer is not None:
-                timer.cancel()
                 self._timers.discard(timer)
             self.warm()
 
-        timer = asyncio.get_running_loop().call_later(REPLACE_AFTER_S, due)
+        timer = asyncio.get_running_loop().call_later(delay, due)
         self._timers.add(timer)
-        on_closed: Callable[[Callable[[], None]], None] = sandbox.on_closed  # type: ignore[attr-defined]
-        on_closed(due)
+        return timer
 
     def warm(self) -> None:
         """Start making a spare unless one is being made or enough are ready; each, once ready, starts

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -69,3 +71,27 @@ async def test_two_spares_are_kept_when_asked(monkeypatch: pytest.MonkeyPatch) -
     async with asyncio.timeout(60):
         while spares.spares_idle() < 2:  # noqa: ASYNC110 - the spares have no event to wait on
             await asyncio.sleep(0.02)
+
+
+_LAST_ACT = """
+import asyncio, envhub.sandbox as sandbox, envhub.sandbox.spares as spares
+
+async def main():
+    async with sandbox.open("local"):
+        pass
+    while spares.spares_idle() < 1:
+        await asyncio.sleep(0.02)
+    async with sandbox.open("local") as sb:  # a spare: its close, the program's last act, is due one
+        await sb.exec("true")
+
+asyncio.run(main())
+print("exited", flush=True)
+"""
+
+
+@pytest.mark.parametrize("run", range(2))
+def test_a_program_whose_last_act_closes_a_spare_exits(run: int) -> None:
+    """A replacement begun in the event loop's last turn and cancelled by asyncio.run's shutdown before
+    asyncio connected the process's pipes never hears of its exit (Python 3.11): the program hung."""
+    done = subprocess.run([sys.executable, "-c", _LAST_ACT], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "exited\n", done.stderr
