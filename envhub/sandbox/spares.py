@@ -35,11 +35,11 @@ MAX_SPARES = 8
 REPLACE_AFTER_S = 0.1
 """How long after a spare is taken its replacement starts, if the episode has not closed it by then: the
 episode's first commands (its set-up, usually) run on a host not busy building the next sandbox."""
-AFTER_CLOSE_S = 0.01
-"""How long after a taken spare is closed its replacement starts. Not at once: a program's last act is
-often that close, and a sandbox start begun in the event loop's last turn, then cancelled by its
-shutdown before asyncio connected the process's pipes, never hears of the process's exit (Python 3.11):
-asyncio.run would hang. A timer is cancelled with the spares instead."""
+START_DELAY_S = 0.01
+"""How long a spare's making waits before it starts a process. Not at once: a program's last act is often
+the close or open that asked for it, and a sandbox start begun in the event loop's last turn, cancelled
+by asyncio.run's shutdown before asyncio connected the process's pipes, never hears of the process's exit
+(Python 3.11): the program would hang. Cancelled while it waits, the making just stops."""
 _spares: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Spares] = weakref.WeakKeyDictionary()
 _guards: set[asyncio.Task[None]] = set()
 
@@ -106,30 +106,19 @@ class Spares:
         return sandbox
 
     def _replace_later(self, sandbox: Sandbox) -> None:
-        """Warm a replacement when `sandbox` closes (AFTER_CLOSE_S later) or REPLACE_AFTER_S from now,
-        whichever is first."""
-        timer = self._after(REPLACE_AFTER_S)
-
-        def closed() -> None:
-            timer.cancel()
-            self._timers.discard(timer)
-            self._after(AFTER_CLOSE_S)
-
-        on_closed: Callable[[Callable[[], None]], None] = sandbox.on_closed  # type: ignore[attr-defined]
-        on_closed(closed)
-
-    def _after(self, delay: float) -> asyncio.TimerHandle:
-        """warm() in `delay` seconds, unless the spares are closed first."""
-        timer: asyncio.TimerHandle | None = None
-
-        def due() -> None:
-            if timer is not None:
-                self._timers.discard(timer)
-            self.warm()
-
-        timer = asyncio.get_running_loop().call_later(delay, due)
+        """Warm a replacement when `sandbox` closes or REPLACE_AFTER_S from now, whichever is first."""
+        timer = asyncio.get_running_loop().call_later(REPLACE_AFTER_S, self._due, None)
         self._timers.add(timer)
-        return timer
+        on_closed: Callable[[Callable[[], None]], None] = sandbox.on_closed  # type: ignore[attr-defined]
+        on_closed(lambda: self._due(timer))
+
+    def _due(self, timer: asyncio.TimerHandle | None) -> None:
+        """A replacement is due: its timer fired (None), or the spare closed (its `timer`, cancelled)."""
+        if timer is not None:
+            timer.cancel()
+        now = asyncio.get_running_loop().time()
+        self._timers = {t for t in self._timers if not t.cancelled() and t.when() > now}  # those pending
+        self.warm()
 
     def warm(self) -> None:
         """Start making a spare unless one is being made or enough are ready; each, once ready, starts
@@ -140,6 +129,7 @@ class Spares:
 
     async def _make(self) -> None:
         try:
+            await asyncio.sleep(START_DELAY_S)
             sandbox = await create("local", IsolationPolicy(), None, {"start_server": True})
         except asyncio.CancelledError:
             raise
