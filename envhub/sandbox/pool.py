@@ -6,10 +6,10 @@ back. Creation is rate-capped so a burst of episodes cannot stampede the host. N
 task holding a sandbox is cancelled or crashes: the lease's `async with` returns it on every exit path,
 and `close()` reaps everything the pool ever handed out.
 
-`envhub.sandbox.open("local")` with the default policy draws on a small pool of this kind of its own
-(`envhub.sandbox.spares`): a spare, started ahead with its exec server running, is handed over for good and a
-replacement is started in the background. A spare has never run anything, and a sandbox handed out is
-never taken back, so nothing of one episode can reach another.
+`envhub.sandbox.open("local")` with the default policy draws on spares of its own, not on a pool
+(`envhub.sandbox.spares`): a spare, started ahead with its exec server running, is handed over for good,
+and its replacement starts when it is closed or shortly after it was taken. A spare has never run
+anything, and a sandbox handed out is never taken back, so nothing of one episode can reach another.
 """
 
 from __future__ import annotations
