@@ -321,7 +321,10 @@ class RayEpisodePool:
         placement: dict[str, Any] = {"resources": resources, "num_cpus": 0} if resources else {}
         actor_class = ray.remote(EpisodeWorker).options(
             max_restarts=ACTOR_RESTARTS,
-            max_task_retries=ACTOR_RESTARTS,  # Ray re-runs the dead actor's in-flight episodes
+            # Ray re-runs the dead actor's in-flight episodes, however often: a lost node refuses calls
+            # until Ray declares it dead, which spent a bounded number of retries before the restart.
+            # The actor's restarts bound the failures; past them every call fails at once.
+            max_task_retries=-1,
             scheduling_strategy="SPREAD",
             **placement,
         )
