@@ -21,7 +21,7 @@ import envhub.sandbox as sandbox
 from envhub.sandbox import IsolationPolicy, SandboxError, SandboxUnavailable
 from envhub.sandbox.e2b import HOST_LABEL, LABEL, OWNER_LABEL, E2BSandbox
 from envhub.sandbox.results import SandboxTimeout
-from tests.sandbox.e2b_double import E2BDouble, bwrap_missing
+from tests.sandbox.e2b_double import E2BDouble, bwrap_missing, serving
 
 pytestmark = [
     pytest.mark.skipif(bwrap_missing() is not None, reason=bwrap_missing() or ""),
@@ -32,14 +32,8 @@ pytestmark = [
 @pytest.fixture
 def double(monkeypatch: pytest.MonkeyPatch) -> Iterator[E2BDouble]:
     """The double, and the SDK pointed at it by the settings it reads itself."""
-    fake = E2BDouble().start()
-    monkeypatch.setenv("E2B_API_KEY", fake.api_key)
-    monkeypatch.setenv("E2B_API_URL", fake.api_url)
-    monkeypatch.setenv("E2B_SANDBOX_URL", fake.sandbox_url)
-    try:
+    with serving(monkeypatch) as fake:
         yield fake
-    finally:
-        fake.stop()
 
 
 def _no_sandbox_left(double: E2BDouble) -> None:

@@ -31,7 +31,7 @@ from envhub.sandbox.fleet.reaper import find_orphans, reap
 from envhub.sandbox.slots import MAX_SLOTS, UID_BASE
 from tests.envhub_testkit.leaks import descendants
 from tests.sandbox.conftest import _DOCKER_SKIP, DOCKER_IMAGE
-from tests.sandbox.e2b_double import E2BDouble, bwrap_missing
+from tests.sandbox.e2b_double import E2BDouble, bwrap_missing, serving
 
 pytestmark = [
     pytest.mark.skipif(bwrap_missing() is not None, reason=bwrap_missing() or ""),
@@ -363,14 +363,8 @@ def _state(pid: int) -> str:
 @pytest.fixture
 def e2b_double(monkeypatch: pytest.MonkeyPatch) -> Iterator[E2BDouble]:
     """The local double of E2B's API, and the SDK (here and in child processes) pointed at it."""
-    fake = E2BDouble().start()
-    monkeypatch.setenv("E2B_API_KEY", fake.api_key)
-    monkeypatch.setenv("E2B_API_URL", fake.api_url)
-    monkeypatch.setenv("E2B_SANDBOX_URL", fake.sandbox_url)
-    try:
+    with serving(monkeypatch) as fake:
         yield fake
-    finally:
-        fake.stop()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ with an error, a rate limit or nothing at all (`fail`), kill a sandbox behind th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import socket
 import threading
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Literal
 
+import pytest
 import uvicorn
 from starlette.responses import JSONResponse, Response
 
@@ -150,3 +152,17 @@ class E2BDouble:
                 body = fault.body if fault.body is not None else {"code": fault.status, "message": "injected"}
                 return JSONResponse(body, status_code=fault.status, headers=fault.headers)
         return None
+
+
+@contextlib.contextmanager
+def serving(monkeypatch: pytest.MonkeyPatch) -> Iterator[E2BDouble]:
+    """A started double, and the SDK (here and in child processes) pointed at it by the settings it
+    reads itself; stopped on exit."""
+    fake = E2BDouble().start()
+    monkeypatch.setenv("E2B_API_KEY", fake.api_key)
+    monkeypatch.setenv("E2B_API_URL", fake.api_url)
+    monkeypatch.setenv("E2B_SANDBOX_URL", fake.sandbox_url)
+    try:
+        yield fake
+    finally:
+        fake.stop()
