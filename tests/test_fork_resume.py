@@ -3,7 +3,6 @@ again whole, so the batch ends with every episode once and every child beside it
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import signal
@@ -11,8 +10,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import pytest
 
 import envhub
 from envhub.policies import load_policy
@@ -91,21 +88,6 @@ async def test_a_group_stopped_part_way_is_played_again_whole_and_stored_once(tm
     assert result.played == 6  # the part-stored group again whole, and the one never started
     whole = {i for i in before if before[i].parent == seen[0] or i == seen[0]}
     assert len(whole) == 3 and all(before[i] == e for e in result.episodes if (i := e.episode_id) in whole)
-
-
-def test_rollout_fork_at_refuses_ray_saying_local_only(tmp_path: Path) -> None:
-    envhub.register(GUESS_ID, Guess, override=True)
-    with pytest.raises(ValueError, match="local backend only"):
-        asyncio.run(
-            rollout(
-                GUESS_ID,
-                lambda: load_policy("oracle"),
-                episodes=plan(1, rollouts=2),
-                fork_at=1,
-                backend="ray",
-                out=tmp_path / "run",
-            )
-        )
 
 
 def test_kill_9_mid_fork_batch_then_resume_stores_every_group_once(plugin_site: Path, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ or run twice when a Ray worker process is killed mid-batch."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import subprocess
@@ -14,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from envhub.policies import OraclePolicy
+from envhub.policies import OraclePolicy, load_policy
 from envhub.records import Episode
-from envhub.rollout import RolloutLimits, run_batch
+from envhub.rollout import RolloutLimits, plan, rollout, run_batch
 from envhub.rollout.ray_backend import ACTOR_RESTARTS, RayWorkerLost, run_batch_ray
 from envhub.store import read_episodes
 from tests.envhub_testkit.processes import ray_actor_pids
@@ -70,6 +71,22 @@ async def test_ray_plays_the_same_episodes_as_the_local_runner(local_ray: None) 
     assert {e.node for e in remote.episodes} == {ray.get_runtime_context().get_node_id()}  # the one node
     assert {e.node for e in local.episodes} == {None}
     assert remote.not_started == []
+
+
+async def test_fork_groups_on_ray_equal_the_local_fork_batch(local_ray: None) -> None:
+    """Each call sends an actor one whole group: its prefix, then the children forked from its env."""
+    refs = plan(4, rollouts=3)  # 4 tasks, each a prefix and 2 children
+    oracle = functools.partial(load_policy, "oracle")
+    remote = await rollout(
+        "guess-number", oracle, episodes=refs, fork_at=1, backend="ray", limits=RolloutLimits(concurrency=2)
+    )
+    local = await rollout("guess-number", oracle, episodes=refs, fork_at=1)
+    assert [content(e) for e in remote.episodes] == [content(e) for e in local.episodes]
+    parents = [e.parent for e in remote.episodes]
+    assert parents == [None, "000000", "000000", None, "000003", "000003", None, "000006", "000006", None,
+                       "000009", "000009"]  # fmt: skip
+    assert all(e.fork_turn == 1 and e.reward == 1.0 for e in remote.episodes if e.parent is not None)
+    assert {e.node for e in remote.episodes} == {ray.get_runtime_context().get_node_id()}
 
 
 async def test_time_budget_cuts_off_stragglers_and_leaves_the_rest_for_resume(local_ray: None) -> None:

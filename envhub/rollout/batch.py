@@ -111,8 +111,9 @@ async def rollout(
     Ray actors (default: one per CPU of the cluster, at most `limits.concurrency`).
     Interrupted (Ctrl-C, cancelled), it keeps every finished episode in `out` and re-raises.
     `fork_at` plays each task's references as a fork group (`run_fork_batch`): the first is a prefix
-    of `fork_at` turns, the others children forked there; local backend only. A resumed fork batch
-    skips the groups stored whole and plays the others again whole, dropping their stored rows first.
+    of `fork_at` turns, the others children forked there (on Ray, one group per actor call). A resumed
+    fork batch skips the groups stored whole and plays the others again whole, dropping their stored
+    rows first.
     """
     limits = limits or RolloutLimits()
     env_kwargs = dict(env_kwargs or {})
@@ -127,11 +128,6 @@ async def rollout(
     if retry_errors and not (resume and out is not None):
         raise ValueError(
             "--retry-errors plays failed episodes of a stored batch again: it needs --out and --resume"
-        )
-    if fork_at is not None and backend != "local":
-        raise ValueError(
-            "--fork-at plays each group's children from its prefix's live env, in this process: it runs "
-            "on the local backend only for now; leave --backend out, or roll out without --fork-at"
         )
     check_env_kwargs(resolved, env_kwargs)
     store = None
@@ -220,6 +216,7 @@ async def _play(
             address=address,
             workers=ray_workers,
             pool=backend if isinstance(backend, RayEpisodePool) else None,
+            fork_at=fork_at,
         )
     player = policy if isinstance(policy, Policy) else policy()
     try:

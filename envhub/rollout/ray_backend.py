@@ -42,7 +42,7 @@ import time
 import uuid
 import weakref
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -50,7 +50,7 @@ from typing import Any, Self, TypeVar
 from envhub.policies import Policy, load_policy
 from envhub.records import Episode
 from envhub.registration import Registration, UnknownEnvError, is_external, registry
-from envhub.rollout.runner import BatchResult, EnvWorker, EpisodeRef, RolloutLimits, as_refs
+from envhub.rollout.runner import BatchResult, EnvWorker, EpisodeRef, RolloutLimits, as_refs, fork_groups
 
 PolicyFactory = Callable[[], Policy]
 """Builds the policy where the episodes run; it must pickle to reach a Ray worker."""
@@ -123,6 +123,15 @@ class _Batch:
     limits: RolloutLimits
     serve_token: str | None
     """The driver's `envhub serve` token for a remote id (an actor's process may not inherit it)."""
+    fork_at: int | None = None
+    """A fork batch: each call is one group (`EnvWorker.play_group`), its prefix played to this turn."""
+
+
+def _deadline(budget_ends_at: float | None) -> float | None:
+    """The batch's end, given in `time.time()` seconds, on this event loop's clock."""
+    if budget_ends_at is None:
+        return None
+    return asyncio.get_running_loop().time() + (budget_ends_at - time.time())
 
 
 class EpisodeWorker:
@@ -159,6 +168,12 @@ class EpisodeWorker:
         records) is raised once all have finished: the batch stops, and its stored episodes are kept.
         """
         self.counts["calls"] += 1
+        spec = await self._batch(batch_key, batch[0])
+        if spec.fork_at is not None:  # the call is one fork group: its children need its prefix's env
+            async with self._env_worker(spec) as worker:
+                group = await worker.play_group(refs, spec.fork_at, budget_deadline=_deadline(budget_ends_at))
+            self.counts["episodes"] += len(group)
+            return [episode.model_copy(update={"node": self.node}) for episode in group], self.incarnation
         played = await asyncio.gather(
             *(self.play(ref, budget_ends_at, batch_key, batch) for ref in refs), return_exceptions=True
         )
@@ -176,9 +191,16 @@ class EpisodeWorker:
         `budget_ends_at` is the batch's end in `time.time()` seconds: absolute, not "seconds left", so
         an episode re-run after a restart keeps the batch's deadline instead of getting a fresh budget.
         """
-        loop = asyncio.get_running_loop()
-        deadline = None if budget_ends_at is None else loop.time() + (budget_ends_at - time.time())
         spec = await self._batch(batch_key, batch[0])
+        async with self._env_worker(spec) as worker:
+            episode = await worker.play(ref, budget_deadline=_deadline(budget_ends_at))
+        self.counts["episodes"] += 1
+        return episode.model_copy(update={"node": self.node})
+
+    @contextlib.asynccontextmanager
+    async def _env_worker(self, spec: _Batch) -> AsyncIterator[EnvWorker]:
+        """An idle env worker of the batch's env (or a new one) with its policy, returned afterwards;
+        then policies and envs beyond `KEPT` that nothing uses are closed."""
         policy = _take(self.policies, spec.policy_key)
         self.policies[spec.policy_key] = policy = spec.policy() if policy is None else policy
         idle = _take(self.idle, spec.env_key)
@@ -192,13 +214,11 @@ class EpisodeWorker:
             self.counts["envs"] += 1
         self.playing.update((spec.policy_key, spec.env_key))
         try:
-            episode = await worker.play(ref, budget_deadline=deadline)
+            yield worker
         finally:
             self.playing.subtract((spec.policy_key, spec.env_key))
             self.idle[spec.env_key].append(worker)
         await self._forget()
-        self.counts["episodes"] += 1
-        return episode.model_copy(update={"node": self.node})
 
     async def _batch(self, key: str, batch: Any) -> _Batch:
         """The batch `key` names: fetched (and its env registered here) on its first episode."""
@@ -392,9 +412,11 @@ class RayEpisodePool:
         env_kwargs: dict[str, Any],
         on_episode: Callable[[Episode], None] | None,
         workers: int | None = None,
+        fork_at: int | None = None,
     ) -> BatchResult:
         """Play the episodes `refs` names on the pool's actors; `run_batch_ray` says more."""
         started = time.perf_counter()
+        units = [[ref] for ref in refs] if fork_at is None else fork_groups(refs, limits)
         slots = min(limits.concurrency, max(len(refs), 1))
         if limits.backend_concurrency:  # every episode uses the same env, hence the same sandbox backend
             backend = registry.spec(env_id).provenance.default_sandbox or "none"
@@ -402,13 +424,14 @@ class RayEpisodePool:
         ray = self._ray()
         count = max(1, min(workers or self.capacity(env_id), slots))
         actors = self.start(count, env_id)
-        batch = self._batch(env_id, env_kwargs, policy, limits)
+        batch = self._batch(env_id, env_kwargs, policy, limits, fork_at)
         state = self._state
         state.batches += 1
         try:
             return await _dispatch(
                 state,
-                refs,
+                units,
+                grouped=fork_at is not None,
                 batch=(uuid.uuid4().hex, [ray.put(batch)]),
                 actors=actors,
                 slots=slots,
@@ -423,7 +446,12 @@ class RayEpisodePool:
                 _replace_restarted(state)
 
     def _batch(
-        self, env_id: str, env_kwargs: dict[str, Any], policy: PolicyFactory, limits: RolloutLimits
+        self,
+        env_id: str,
+        env_kwargs: dict[str, Any],
+        policy: PolicyFactory,
+        limits: RolloutLimits,
+        fork_at: int | None,
     ) -> _Batch:
         sent = driver_registration(env_id)
         options = json.dumps(env_kwargs, sort_keys=True, default=repr)
@@ -437,6 +465,7 @@ class RayEpisodePool:
             policy_key=self._policy_key(policy),
             limits=limits,
             serve_token=_serve_token(env_id),
+            fork_at=fork_at,
         )
 
     def _policy_key(self, factory: PolicyFactory) -> str:
@@ -483,6 +512,7 @@ async def run_batch_ray(
     address: str | None = None,
     workers: int | None = None,
     pool: RayEpisodePool | None = None,
+    fork_at: int | None = None,
 ) -> BatchResult:
     """Play the episodes `episodes` names on Ray actors; the result is what `run_batch` would return.
 
@@ -492,7 +522,8 @@ async def run_batch_ray(
     without it the current Ray connection is used, or a local Ray instance with one CPU per core is
     started (and shut down at the end). `workers` is the number of actors: by default one per CPU of
     the cluster, at most one per episode slot. The envs and the policy must be importable on the Ray
-    workers (installed, or on PYTHONPATH).
+    workers (installed, or on PYTHONPATH). `fork_at` plays fork groups (`run_fork_batch`): each call
+    sends an actor one whole group, whose children it forks from the prefix's env.
     """
     refs = as_refs(episodes, seed)
     factory = functools.partial(load_policy, policy) if isinstance(policy, str) else policy
@@ -501,6 +532,7 @@ async def run_batch_ray(
         "env_kwargs": env_kwargs,
         "on_episode": on_episode,
         "workers": workers,
+        "fork_at": fork_at,
     }
     if pool is not None:
         return await pool.play(env_id, factory, refs, **options)
@@ -525,8 +557,9 @@ def driver_registration(env_id: str) -> Registration | None:
 
 async def _dispatch(
     state: _PoolState,
-    refs: list[EpisodeRef],
+    units: list[list[EpisodeRef]],
     *,
+    grouped: bool,
     batch: tuple[str, list[Any]],
     actors: list[Actor],
     slots: int,
@@ -536,23 +569,24 @@ async def _dispatch(
     env_id: str,
 ) -> BatchResult:
     """Keep `slots` episodes in flight until none is left, as calls of up to `EPISODES_PER_CALL`
-    episodes each, call i on `actors[i % len(actors)]`."""
+    episodes each, call i on `actors[i % len(actors)]`. `units` are single episodes, or, `grouped`, fork
+    groups: a call then plays one whole group, and `slots` groups are in flight."""
     import ray
     from ray.exceptions import RayActorError
 
-    pending = deque(refs)
+    pending = deque(units)
     done: list[Episode] = []
     failures: list[Exception] = []
     ends_at = None if budget is None else time.time() + budget
     stop_at = None if budget is None else time.monotonic() + budget
 
-    per_call = max(1, min(EPISODES_PER_CALL, slots // len(actors)))
-    calls = -(-slots // per_call)
+    per_call = 1 if grouped else max(1, min(EPISODES_PER_CALL, slots // len(actors)))
+    calls = max(1, min(slots, len(units))) if grouped else -(-slots // per_call)
 
     async def slot(actor: Actor) -> None:
         while pending and not failures and (stop_at is None or time.monotonic() < stop_at):
             size = min(per_call, -(-len(pending) // calls))  # the batch's tail spread over every call
-            chunk = [pending.popleft() for _ in range(size)]
+            chunk = [ref for _ in range(size) for ref in pending.popleft()]
             running = actor.play_many.remote(chunk, ends_at, *batch)
             try:
                 episodes, incarnation = await running
@@ -589,7 +623,7 @@ async def _dispatch(
         raise failures[0]
     return BatchResult(
         episodes=sorted(done, key=lambda e: e.episode_id),
-        not_started=sorted(ref.index for ref in pending),
+        not_started=sorted(ref.index for unit in pending for ref in unit),
         wall_seconds=time.perf_counter() - started,
     )
 

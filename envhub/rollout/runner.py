@@ -432,6 +432,19 @@ async def run_batch(
     )
 
 
+def fork_groups(episodes: Iterable[EpisodeRef], limits: RolloutLimits) -> list[list[EpisodeRef]]:
+    """The fork groups of a batch, whichever backend plays them: each task's references in order, the
+    first its prefix and the others its children."""
+    if limits.record:
+        raise ValueError("recording forked episodes is not supported yet: roll out without --record")
+    groups: dict[int, list[EpisodeRef]] = {}
+    for ref in episodes:
+        groups.setdefault(ref.task, []).append(ref)
+    if any(len(g) < 2 for g in groups.values()):
+        raise ValueError("each task needs a prefix and at least one child: plan(tasks, rollouts=G + 1)")
+    return list(groups.values())
+
+
 async def run_fork_batch(
     env_id: str,
     policy: Policy,
@@ -448,15 +461,9 @@ async def run_fork_batch(
     Groups run `limits.concurrency` at a time, each on its worker's env; its children run at once.
     """
     limits = limits or RolloutLimits()
-    if limits.record:
-        raise ValueError("recording forked episodes is not supported yet: roll out without --record")
-    groups: dict[int, list[EpisodeRef]] = {}
-    for ref in episodes:
-        groups.setdefault(ref.task, []).append(ref)
-    if any(len(g) < 2 for g in groups.values()):
-        raise ValueError("each task needs a prefix and at least one child: plan(tasks, rollouts=G + 1)")
+    groups = fork_groups(episodes, limits)
     pending: asyncio.Queue[list[EpisodeRef]] = asyncio.Queue()
-    for group in groups.values():
+    for group in groups:
         pending.put_nowait(group)
     loop = asyncio.get_running_loop()
     started = time.perf_counter()
