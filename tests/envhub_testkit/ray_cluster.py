@@ -219,6 +219,18 @@ def _driver_auth_mode(mode: str | None) -> str | None:
     return previous
 
 
+def _ensure_token() -> None:
+    """A cluster started in token mode reads the token from ~/.ray/auth_token, and `ray start` does not
+    make one; a local `ray.init` does, so a machine that never ran one has none (and the cluster would
+    not start). Make it the way that `ray.init` would, with Ray's own function, unless one is given."""
+    from ray._private.authentication.authentication_token_setup import generate_and_save_token
+
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    if not (Path.home() / ".ray" / "auth_token").exists():
+        generate_and_save_token()
+
+
 @contextlib.contextmanager
 def ray_cluster(head: NodeSpec, workers: list[NodeSpec], pythonpath: list[str]) -> Iterator[RayCluster]:
     """A cluster of `head` and `workers`, each node a raylet with its resources plus `node-NAME`, this
@@ -243,6 +255,7 @@ def ray_cluster(head: NodeSpec, workers: list[NodeSpec], pythonpath: list[str]) 
         "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "120",  # a Ray Client's server starts slowly when loaded
     }
     cluster = RayCluster(address, f"ray://127.0.0.1:{client_port}", temp_dir)
+    _ensure_token()
     auth_mode = _driver_auth_mode("token")
     try:
         cluster.nodes[head.name] = _start(head, temp_dir, env, ports[:3], address)
