@@ -32,7 +32,6 @@ from envhub.rollout import (
     summary_table,
 )
 from envhub.rollout import rollout as batch_rollout
-from envhub.rollout.gc_policy import batch_gc
 from envhub.rollout.ray_backend import RayWorkerLost
 from envhub.store import load_manifest, read_episodes
 
@@ -234,8 +233,7 @@ def rollout(
             await player.close()  # the HTTP connection pool or local model lives in this loop
 
     try:
-        with batch_gc():  # rare full GCs while thousands of episodes are in flight (gc_policy.py)
-            result = asyncio.run(run())
+        result = asyncio.run(run())  # rollout() runs the batch under envhub's GC policy
     except (*USER_ERRORS, ModuleNotFoundError, RayWorkerLost) as exc:
         _stop(progress)
         raise fail(exc) from exc

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from envhub.policies import Policy
 from envhub.records import RETRYABLE, Episode, episode_id
 from envhub.registration import registry
+from envhub.rollout.gc_policy import batch_gc
 from envhub.rollout.kwargs import check_env_kwargs
 from envhub.rollout.ray_backend import PolicyFactory, RayEpisodePool, ray_address, run_batch_ray
 from envhub.rollout.runner import BatchResult, EpisodeRef, RolloutLimits, plan, run_batch, run_fork_batch
@@ -150,9 +151,10 @@ async def rollout(
             if on_episode is not None:
                 on_episode(episode)
 
-        result = await _play(
-            resolved, policy, todo, limits, env_kwargs, record, backend, address, ray_workers, fork_at
-        )
+        with batch_gc():  # rare full collections while thousands of episodes are alive (gc_policy.py)
+            result = await _play(
+                resolved, policy, todo, limits, env_kwargs, record, backend, address, ray_workers, fork_at
+            )
     finally:
         if store is not None:
             store.close()  # also when interrupted: what finished is compacted and the manifest says so

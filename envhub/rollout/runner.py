@@ -26,7 +26,6 @@ from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
 from envhub.records import RETRYABLE, Episode, EpisodeError, ErrorKind, Turn, episode_id
 from envhub.registration import make
-from envhub.rollout.gc_policy import batch_gc
 from envhub.sandbox import recording as tapes
 
 T = TypeVar("T")
@@ -418,12 +417,11 @@ async def run_batch(
         finally:
             await env_worker.close()
 
-    with batch_gc():  # rare full collections while thousands of episodes are alive (gc_policy.py)
-        async with asyncio.TaskGroup() as group:
-            for i in range(min(limits.concurrency, max(len(refs), 1))):
-                group.create_task(worker())
-                if i % 256 == 255:
-                    await asyncio.sleep(0)  # a wide batch starts turning before its last episode is set up
+    async with asyncio.TaskGroup() as group:
+        for i in range(min(limits.concurrency, max(len(refs), 1))):
+            group.create_task(worker())
+            if i % 256 == 255:
+                await asyncio.sleep(0)  # a wide batch starts turning before its last episode is set up
     not_started = sorted(pending.get_nowait().index for _ in range(pending.qsize()))
     return BatchResult(
         episodes=sorted(done, key=lambda e: e.episode_id),
