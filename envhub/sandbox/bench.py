@@ -155,13 +155,7 @@ async def _local_rows(n: int) -> tuple[dict[str, float | None], dict[str, float 
         out["true"], base["true"] = await _paired_p50_ms(
             lambda: _discard(sb.exec(true)), lambda: _subprocess("true"), n
         )
-        try:
-            py = await sb.python()
-        except sandbox.SandboxUnavailable:
-            out["worker"] = None
-        else:
-            async with py:
-                out["worker"] = await _p50_ms(lambda: _discard(py.run("pass")), max(n, 200))
+        out["worker"] = await _worker_p50(sb, n)
     base["worker"] = await _plain_worker_p50(max(n, 200))
 
     async def create() -> None:
@@ -171,6 +165,16 @@ async def _local_rows(n: int) -> tuple[dict[str, float | None], dict[str, float 
     base["rate"] = await _per_second(lambda: _subprocess("true"), max(4, n))
     out["rate"] = await _per_second(create, max(4, n))
     return out, base
+
+
+async def _worker_p50(sb: sandbox.Sandbox, n: int) -> float | None:
+    """The persistent Python worker's `run('pass')` round trip in `sb`; None where it has no python."""
+    try:
+        py = await sb.python()
+    except sandbox.SandboxUnavailable:
+        return None
+    async with py:
+        return await _p50_ms(lambda: _discard(py.run("pass")), max(n, 200))
 
 
 async def _docker_rows(n: int, image: str | None) -> dict[str, float | None]:
@@ -188,13 +192,7 @@ async def _docker_rows(n: int, image: str | None) -> dict[str, float | None]:
     async with sandbox.open("docker", policy=policy, image=image) as sb:
         out["warm"] = await _p50_ms(lambda: _discard(sb.exec(["python3", "-c", "pass"])), n)
         out["true"] = await _p50_ms(lambda: _discard(sb.exec(["true"])), n)
-        try:
-            py = await sb.python()
-        except sandbox.SandboxUnavailable:
-            out["worker"] = None
-        else:
-            async with py:
-                out["worker"] = await _p50_ms(lambda: _discard(py.run("pass")), max(n, 200))
+        out["worker"] = await _worker_p50(sb, n)
     out["rate"] = await _per_second(create, max(4, n))
     return out
 
