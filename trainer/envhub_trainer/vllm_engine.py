@@ -36,7 +36,7 @@ from envhub.messages import Message
 from envhub.policies.base import EpisodeTokens, Generation, Policy
 from envhub.text_format import parse_assistant_text
 from envhub.tools import ToolSpec
-from envhub_trainer.engine import InProcessEngine, weights_checksum
+from envhub_trainer.engine import GENERATION_QUIET_S, InProcessEngine, weights_checksum
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class VLLMEngine(InProcessEngine):
         max_model_len: int = 2048,
         dtype: str = "float32",
         batch_size: int = 64,
-        max_wait: float = 0.005,
+        max_wait: float = GENERATION_QUIET_S,
         block_size: int = 32,
         prompt_tokens: int = 256,
     ) -> None:
