@@ -30,9 +30,12 @@ class TrainConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
     micro_batch_size: int = Field(8, ge=1)
-    """Rows per forward pass: sequences when padding, packed rows when `pack_tokens` is set."""
+    """Samples per forward pass (packed rows when `pack_tokens` is set)."""
     pack_tokens: int | None = Field(None, ge=8)
     """Pack sequences into rows of this many tokens instead of padding each to the longest."""
+    share_prompts: bool = True
+    """Samples with the same prompt (a task's group) share one row: the prompt runs through the model
+    once, not once per sample (`shared_prompt.py`); same loss and update. Off with `pack_tokens`."""
     max_new_tokens: int = Field(128, ge=1)
     temperature: float = Field(1.0, gt=0)
     chat_template: str | None = None

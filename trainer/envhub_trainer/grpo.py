@@ -54,6 +54,7 @@ from envhub_trainer.loss import (
 from envhub_trainer.metrics import EvalMetrics, StepMetrics
 from envhub_trainer.run_folder import Run, eval_folder, load_checkpoint, save_checkpoint, step_folder
 from envhub_trainer.samples import TrainSample, episode_samples
+from envhub_trainer.shared_prompt import row_width, shared_prompt_logprobs, shared_rows
 from envhub_trainer.tasks import TaskSampler
 
 log = logging.getLogger(__name__)
@@ -226,19 +227,34 @@ def build_samples(batch: RolloutBatch, config: TrainConfig) -> StepData:
 
 
 def micro_batches(samples: list[TrainSample], config: TrainConfig) -> list[list[list[int]]]:
-    """Rows of sample indices (one sample a row, or packed), grouped `micro_batch_size` rows at a time.
+    """Rows of sample indices, grouped into micro-batches of at most `micro_batch_size` samples (packed:
+    rows). A row is one sample padded, several packed, or several sharing their prompt (`shared_rows`).
 
     Rows are ordered by length first, so each micro-batch holds rows of about one length and pads them
     little: every row is padded to its micro-batch's longest. The loss is a sum over the step's tokens,
     which the order of its terms leaves unchanged (up to float rounding)."""
     lengths = [len(s.token_ids) for s in samples]
+    size = config.micro_batch_size
     if config.pack_tokens is not None:
         rows = pack(lengths, config.pack_tokens)
+        rows.sort(key=lambda row: sum(lengths[i] for i in row))  # stable: ties keep their order
+        return [rows[i : i + size] for i in range(0, len(rows), size)]
+    if sharing_prompts(config):
+        rows = shared_rows(samples, list(range(len(samples))), size)
+        rows.sort(key=lambda row: row_width(samples, row))
     else:
-        rows = [[i] for i in range(len(samples))]
-    rows.sort(key=lambda row: sum(lengths[i] for i in row))  # stable: ties keep their order
-    size = config.micro_batch_size
-    return [rows[i : i + size] for i in range(0, len(rows), size)]
+        rows = sorted(([i] for i in range(len(samples))), key=lambda row: lengths[row[0]])
+    batches: list[list[list[int]]] = []
+    for row in rows:
+        if not batches or sum(map(len, batches[-1])) + len(row) > size:
+            batches.append([])
+        batches[-1].append(row)
+    return batches
+
+
+def sharing_prompts(config: TrainConfig) -> bool:
+    """Rows share their prompt unless switched off or packing."""
+    return config.share_prompts and config.pack_tokens is None
 
 
 def train_step(
@@ -271,12 +287,13 @@ def train_step(
     batches = micro_batches(trained, config)
     forwards = distributed.global_max(len(batches))  # before any forward: collectives run in one order
     with fused_accumulation(model, enabled=fused):
+        forward = shared_prompt_logprobs if sharing_prompts(config) else micro_batch_logprobs
         for rows in batches:
-            logprobs, tokens_of = micro_batch_logprobs(model, trained, rows, pad_id)
+            logprobs, tokens_of = forward(model, trained, rows, pad_id)
             ref = None
             if ref_model is not None:
                 with torch.no_grad():
-                    ref, _ = micro_batch_logprobs(ref_model, trained, rows, pad_id)
+                    ref, _ = forward(ref_model, trained, rows, pad_id)
             loss, micro = grpo_loss(
                 logprobs,
                 logprobs.detach(),
@@ -301,9 +318,23 @@ def train_step(
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
     if tokens:
         optimiser.step()
-    total, trained_tokens = distributed.global_sum([total, stats.tokens])
+    computed = sum(row_tokens(trained, row, config) for rows in batches for row in rows)
+    total, trained_tokens, model_tokens = distributed.global_sum([total, stats.tokens, computed])
     means = distributed.global_token_means(stats.means(), int(stats.tokens))  # every rank's tokens
-    return {"loss": total, "grad_norm": grad_norm, "trained_tokens": trained_tokens, **means}
+    return {
+        "loss": total,
+        "grad_norm": grad_norm,
+        "trained_tokens": trained_tokens,
+        "model_tokens": model_tokens,
+        **means,
+    }
+
+
+def row_tokens(samples: list[TrainSample], row: list[int], config: TrainConfig) -> int:
+    """Tokens a row runs through the model, padding aside: a shared prompt counts once."""
+    if sharing_prompts(config):
+        return row_width(samples, row)
+    return sum(len(samples[i].token_ids) for i in row)
 
 
 # ---------------------------------------------------------------- a step over several ranks

@@ -67,6 +67,9 @@ class StepMetrics(BaseModel):
     train_tokens_per_second: float
     eval_reward: float | None = None
     """The held-out reward, on the steps `eval_every` names."""
+    model_tokens: float | None = None
+    """Tokens the step's forward passes ran through the model, padding aside: fewer than the samples'
+    tokens when rows share a prompt (`share_prompts`). None in runs written before it."""
     peak_rss_gib: float | None = None
     """The trainer process's peak resident memory during the step (rollout, training, sync), in GiB:
     flat from step to step in a healthy run (`envhub_trainer.memory`). None in runs written before it."""

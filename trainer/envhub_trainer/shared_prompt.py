@@ -1,0 +1,145 @@
+"""A group's samples share their prompt: run it through the model once per row, not once per sample.
+
+GRPO samples G completions of one prompt, and on short tasks the prompt is most of each sequence
+(bench-trl: about 56 of 80 tokens). A shared-prompt row holds the prompt once, then each sample's
+continuation after it. A 4-D attention mask lets a continuation see the prompt and its own earlier
+tokens only, and its position ids go on from the prompt's, so every trained token's logprob is the one a
+row of its own gives. The prompt's forward and backward run once, and its gradient is the sum of what
+each continuation sends back to it, which is what separate rows add up to. Same loss, same update (up to
+float rounding), about half the tokens through the model on bench-trl's task.
+
+The prompt is a sample's tokens before its first trained token: samples whose prompts are equal token
+for token share a row (a task's G episodes; later pieces of a split multi-turn episode carry their
+whole history as prompt and share only if that history is equal too). Attention is dense over the row,
+so a row stops taking samples at `ROW_TOKENS` tokens: past that, the quadratic mask and attention
+would cost more than the repeated prompt saves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from envhub_trainer.forward import Tokens
+from envhub_trainer.samples import TrainSample
+
+ROW_TOKENS = 4096
+"""A shared row stops taking samples here (one longer sample still gets a row of its own)."""
+
+MASKED_ATTENTION = ("sdpa", "eager")
+"""Attention implementations that take a custom 4-D mask (flash and flex kernels do not)."""
+
+
+def prompt_length(sample: TrainSample) -> int:
+    """Tokens before the first trained one: what the sample's row may share with others."""
+    return next(t for t in range(1, len(sample.loss_mask)) if sample.loss_mask[t])
+
+
+def shared_rows(samples: list[TrainSample], indices: list[int], per_row: int) -> list[list[int]]:
+    """`indices` grouped into rows of samples with equal prompts, at most `per_row` samples and
+    `ROW_TOKENS` tokens (unless one sample alone is longer) a row, in first-seen order."""
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i in indices:
+        sample = samples[i]
+        by_prompt.setdefault(tuple(sample.token_ids[: prompt_length(sample)]), []).append(i)
+    rows: list[list[int]] = []
+    for prompt, members in by_prompt.items():
+        row: list[int] = []
+        width = len(prompt)
+        for i in members:
+            tail = len(samples[i].token_ids) - len(prompt)
+            if row and (len(row) == per_row or width + tail > ROW_TOKENS):
+                rows.append(row)
+                row, width = [], len(prompt)
+            row.append(i)
+            width += tail
+        rows.append(row)
+    return rows
+
+
+def row_width(samples: list[TrainSample], row: list[int]) -> int:
+    """Tokens in a shared row: the prompt once, then every sample's continuation."""
+    prompt = prompt_length(samples[row[0]])
+    return prompt + sum(len(samples[i].token_ids) - prompt for i in row)
+
+
+def shared_prompt_logprobs(
+    model: Any, samples: list[TrainSample], rows: list[list[int]], pad_id: int = 0
+) -> tuple[torch.Tensor, Tokens]:
+    """Logprobs (with gradient) of every sampled token of the samples in `rows`, each row a prompt shared
+    by its samples (see `shared_rows`); the same values as `forward.micro_batch_logprobs`, in row order."""
+    width = max(row_width(samples, row) for row in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    allowed = torch.zeros((len(rows), width, width), dtype=torch.bool)
+    causal = torch.ones((width, width), dtype=torch.bool).tril()
+    # One entry per trained token: its row, the column whose logits predict it, and the token itself.
+    at_row: list[int] = []
+    at_column: list[int] = []
+    targets: list[int] = []
+    behaviour: list[float] = []
+    advantage: list[float] = []
+    sequence: list[int] = []
+    for r, row in enumerate(rows):
+        prompt = prompt_length(samples[row[0]])
+        ids[r, :prompt] = torch.tensor(samples[row[0]].token_ids[:prompt])
+        positions[r, :prompt] = torch.arange(prompt)
+        allowed[r, :prompt, :prompt] = causal[:prompt, :prompt]
+        start = prompt
+        for i in row:
+            sample = samples[i]
+            n = len(sample.token_ids) - prompt
+            end = start + n
+            ids[r, start:end] = torch.tensor(sample.token_ids[prompt:])
+            positions[r, start:end] = torch.arange(prompt, prompt + n)
+            allowed[r, start:end, :prompt] = True  # the shared prompt
+            allowed[r, start:end, start:end] = causal[:n, :n]  # its own tokens, causally
+            for t in range(prompt, len(sample.token_ids)):
+                if sample.loss_mask[t]:
+                    at_row.append(r)
+                    # token t is predicted at t - 1: the prompt's last column for the first one
+                    at_column.append(prompt - 1 if t == prompt else start + t - 1 - prompt)
+                    targets.append(sample.token_ids[t])
+                    behaviour.append(sample.logprobs[t])
+                    advantage.append(sample.advantage)
+                    sequence.append(i)
+            start = end
+        allowed[r, start:, start:] = torch.eye(width - start, dtype=torch.bool)  # padding sees itself
+        positions[r, start:] = torch.arange(width - start)
+    device = next(model.parameters()).device
+    mask = attention_mask(model, allowed)
+    columns = torch.tensor(at_column, dtype=torch.long)
+    keep = torch.unique(columns)  # sorted: the LM head runs only where a trained token is predicted
+    logits = model(
+        input_ids=ids.to(device),
+        position_ids=positions.to(device),
+        attention_mask=mask.to(device),
+        use_cache=False,
+        logits_to_keep=keep.to(device),
+    ).logits
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32, fp64 stays
+    picked = logits[torch.tensor(at_row, device=device), torch.searchsorted(keep, columns).to(device)]
+    wanted = torch.tensor(targets, device=device)[:, None]
+    logprobs = torch.log_softmax(picked, dim=-1).gather(-1, wanted)[:, 0]
+    return logprobs, Tokens(
+        behaviour_logprobs=torch.tensor(behaviour, dtype=torch.float32, device=device),
+        advantages=torch.tensor(advantage, dtype=torch.float32, device=device),
+        sequence_ids=torch.tensor(sequence, dtype=torch.long, device=device),
+    )
+
+
+def attention_mask(model: Any, allowed: torch.Tensor) -> torch.Tensor:
+    """The (rows, 1, query, key) mask the model's attention takes: boolean for SDPA, additive for eager."""
+    implementation = getattr(model.config, "_attn_implementation", None) or "eager"
+    if implementation not in MASKED_ATTENTION:
+        raise ValueError(
+            f"shared-prompt rows need an attention that takes a 4-D mask ({', '.join(MASKED_ATTENTION)}), "
+            f"this model runs {implementation!r}: set share_prompts: false, or load it with "
+            "attn_implementation='sdpa'"
+        )
+    if implementation == "sdpa":
+        return allowed[:, None]
+    dtype = next(model.parameters()).dtype
+    additive = torch.zeros(allowed.shape, dtype=dtype)
+    return additive.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
