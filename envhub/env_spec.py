@@ -36,6 +36,8 @@ class EnvSpec(BaseModel):
     name: str
     version: int | None = None
     max_turns: int | None = None
+    """The turn limit: on a made env, the one it runs with; from `envhub.spec(id)` (nothing built), the
+    registration's, or None where the env's constructor sets it (it may follow its arguments)."""
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     """The keyword arguments the environment was built with."""
     provenance: Provenance = Field(default_factory=Provenance)

@@ -247,7 +247,8 @@ class Registry:
         found = format_of(env_id)
         if found is not None:
             return _format_spec(env_id, found[0], found[1], {}, None)
-        return self._spec(self.resolve(env_id), {}, None)
+        registration = self.resolve(env_id)
+        return self._spec(registration, {}, registration.max_turns)
 
     def make(self, env_id: str, *, max_turns: int | None = None, **kwargs: Any) -> Env:
         """Build a fresh environment; keyword arguments go to its constructor (or, for a URL such as

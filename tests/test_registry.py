@@ -52,6 +52,14 @@ def test_register_and_make_pass_kwargs_and_set_spec() -> None:
     assert env.spec.id == "tiny-v0" and env.spec.version == 0
     assert env.spec.env_kwargs == {"word": "bye"}
     assert env.spec.provenance.entry_point == f"{__name__}:Tiny"
+    assert env.spec.max_turns == 1 == registry.spec("tiny").max_turns  # spec() says what make() sets
+
+
+def test_spec_leaves_the_turn_limit_to_the_constructor_when_the_registration_sets_none() -> None:
+    registry = Registry(INDEX, discover_plugins=False)
+    registry.register("tiny-v0", Tiny)
+    assert registry.spec("tiny").max_turns is None  # the constructor's choice may follow its arguments
+    assert registry.make("tiny").spec.max_turns == Tiny.max_turns  # type: ignore[union-attr]
 
 
 def test_unversioned_id_picks_newest_version() -> None:
