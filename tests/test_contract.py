@@ -264,6 +264,36 @@ def test_reward_with_unknown_parameter_is_refused_at_definition() -> None:
                 return score
 
 
+def test_a_tool_named_like_the_loops_own_attribute_is_refused_with_the_fix() -> None:
+    with pytest.raises(TypeError, match=r"Shadow.answer is a tool.*@envhub.tool\(name='answer'\)"):
+
+        class Shadow(Calculator):
+            @envhub.tool
+            def answer(self, text: str) -> str:  # type: ignore[override]
+                """Submit the final answer."""
+                return text
+
+
+def test_a_tool_may_take_a_reserved_name_under_another_method_name() -> None:
+    class Submit(Calculator):
+        @envhub.tool(name="answer")
+        def submit(self, text: str) -> str:
+            """Submit the final answer."""
+            return text
+
+    env = Submit()
+    assert "answer" in [t.name for t in env.tools]
+    assert env.answer == ""  # still the final answer's text, which the rewards grade
+
+
+def test_answer_overridden_by_a_plain_method_is_refused() -> None:
+    with pytest.raises(TypeError, match="answer must stay a property"):
+
+        class Method(Calculator):
+            def answer(self) -> str:  # type: ignore[override]
+                return "42"
+
+
 async def test_async_setup_and_respond_are_awaited_on_the_loop() -> None:
     class AsyncGuess(envhub.MultiTurnEnv):
         async def setup(self, rng: random.Random) -> str:

@@ -30,6 +30,7 @@ from envhub.core import (
 )
 from envhub.core import Env as BaseEnv
 from envhub.messages import Message, system, user
+from envhub.tools import tool_name
 
 
 class Reaction(BaseModel):
@@ -53,6 +54,22 @@ class ChatEnv(BaseEnv):
     system_prompt: str | None = None
     reward_weights: Mapping[str, float] = MappingProxyType({})
     """Per-instance weights by component name, over the `@reward` decorators' (a constructor option's)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse a subclass whose names would replace the episode loop's own: a tool method called
+        `answer` made `self.answer` (what every `@reward` grades) a bound method, and scored it."""
+        super().__init_subclass__(**kwargs)
+        for name, attr in vars(cls).items():
+            if callable(attr) and tool_name(attr) is not None and hasattr(ChatEnv, name):
+                raise TypeError(
+                    f"{cls.__name__}.{name} is a tool, but {name!r} is ChatEnv's own; name the method "
+                    f"otherwise and keep the tool's name: @envhub.tool(name={name!r})"
+                )
+        if "answer" in vars(cls) and not isinstance(vars(cls)["answer"], property):
+            raise TypeError(
+                f"{cls.__name__}.answer must stay a property returning the final answer's text (the "
+                "@reward methods grade it); to grade something else, define it as @property"
+            )
 
     def __init__(self, *, max_turns: int | None = None) -> None:
         if max_turns is not None:
