@@ -72,7 +72,7 @@ class EnvhubTextEnv(BaseTextEnv):  # type: ignore[misc]
         """Reset to the seed; the conversation the model starts from, with the reset's info."""
         observation, info = run(self._env.reset(seed=self.seed))
         self.turns, self._components = 0, {}
-        return _chat(tool_prompt(observation, self._env.tools)), info
+        return self._chat(tool_prompt(observation, self._env.tools)), info
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         """One model turn; `done` when envhub's episode terminated or was truncated."""
@@ -82,7 +82,7 @@ class EnvhubTextEnv(BaseTextEnv):  # type: ignore[misc]
         if done:
             self._components = dict(info.get("reward_components") or {})
         return BaseTextEnvStepOutput(
-            observations=_chat(tool_prompt(observation, [])), reward=reward, done=done, metadata=info
+            observations=self._chat(tool_prompt(observation, [])), reward=reward, done=done, metadata=info
         )
 
     def get_metrics(self) -> dict[str, Any]:
@@ -92,6 +92,13 @@ class EnvhubTextEnv(BaseTextEnv):  # type: ignore[misc]
     def close(self) -> None:
         run(self._env.close())
 
-
-def _chat(messages: list[Message]) -> list[dict[str, Any]]:
-    return [{"role": m.role, "content": m.text} for m in messages]
+    def _chat(self, messages: list[Message]) -> list[dict[str, Any]]:
+        """SkyRL-Gym's messages carry text: an image would be dropped, and the model asked about a
+        picture it never saw, so an observation with one is refused instead."""
+        if any(m.images for m in messages):
+            raise ValueError(
+                f"{self.env_id} sent an image; SkyRL-Gym text envs carry text only, so the model would "
+                "never see it: roll this env out with envhub and a policy that takes images (the openai "
+                "policy against a vision-language server)"
+            )
+        return [{"role": m.role, "content": m.text} for m in messages]

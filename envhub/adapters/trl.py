@@ -81,8 +81,9 @@ class TRLEnvironment:
         observation, info = run(self._env.reset(seed=seed))
         if any(m.images for m in observation):
             raise ValueError(
-                f"{self.env_id}'s prompt has images; the TRL adapter passes text only, so train this env "
-                "with envhub's own trainer"
+                f"{self.env_id}'s prompt has images; the TRL adapter passes text only, so the model would "
+                "never see them: roll this env out with envhub and a policy that takes images (the openai "
+                "policy against a vision-language server)"
             )
         self.seed = info.get("seed", seed)
         self._running, self._calls = True, 0

@@ -42,7 +42,16 @@ def template_message(message: Message, *, objects_only: bool = False) -> dict[st
 def prompt_ids(
     tokenizer: Any, messages: list[Message], tools: list[ToolSpec], chat_template: str | None = None
 ) -> list[int]:
-    """The chat template applied once to the whole conversation, with the assistant's cue, as ids."""
+    """The chat template applied once to the whole conversation, with the assistant's cue, as ids.
+
+    The rendering is text only (`template_message`): a model asked about an image it was never shown
+    learns nothing true, so a conversation with an image is refused rather than rendered without it."""
+    if any(m.images for m in messages):
+        raise ValueError(
+            "the conversation has an image, and this local model's prompt is rendered as text only, so "
+            "the model would never see it: roll this env out with a policy that takes images (the "
+            "openai policy against a vision-language server)"
+        )
     ids = tokenizer.apply_chat_template(
         [template_message(m) for m in messages],
         tools=[t.to_openai() for t in tools] or None,

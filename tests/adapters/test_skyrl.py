@@ -82,3 +82,11 @@ def test_register_is_idempotent_and_a_clash_is_refused() -> None:
     with pytest.raises(skyrl_gym.error.RegistrationError):
         envhub_skyrl.register(ENV, steps=3)
     assert json.loads(skyrl_gym.spec(ENV).to_json())["kwargs"] == {"env_id": ENV, "make_kwargs": {"steps": 2}}
+
+
+def test_an_env_that_sends_an_image_is_refused_not_stripped() -> None:
+    envhub_skyrl.register("vision-v0", kind="count-shapes")
+    env = skyrl_gym.make("vision-v0", env_config={}, extras={"seed": 0})
+    with pytest.raises(ValueError, match="SkyRL-Gym text envs carry text only"):
+        env.init([])
+    env.close()

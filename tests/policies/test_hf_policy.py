@@ -166,3 +166,13 @@ def test_token_drift_names_the_turn_and_the_position() -> None:
 def test_importing_envhub_does_not_import_heavy_libraries(module: str) -> None:
     code = f"import envhub, envhub.policies, sys; sys.exit({module!r} in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+@pytest.mark.slow  # trains the session's tiny model first: a few seconds
+async def test_an_image_the_local_model_cannot_see_fails_the_episode_and_says_why(tiny_model: Path) -> None:
+    policy = TransformersPolicy(tiny_model, temperature=0, max_new_tokens=8)
+    async with envhub.make("vision-v0", kind="count-shapes") as env:
+        episode = await run_episode(env, policy, seed=0)
+    await policy.close()
+    assert episode.error is not None
+    assert "rendered as text only" in episode.error.message and "openai policy" in episode.error.message
