@@ -124,3 +124,37 @@ def test_kill_9_mid_fork_batch_then_resume_stores_every_group_once(plugin_site: 
     check_whole_groups(episodes, tasks=6, group=2)
     assert all(survivors[e.episode_id] == e for e in episodes if e.episode_id in survivors)
     assert "this run: 9" in output
+
+
+class Flaky(Guess):
+    """`Guess` whose first continuation past the fork fails once, as a crashed sandbox would."""
+
+    failures_left = 0
+
+    def respond(self, text: str) -> str:
+        if self.turn == 2 and Flaky.failures_left:
+            Flaky.failures_left -= 1
+            raise envhub.InfrastructureError("the sandbox died")
+        return "no"
+
+
+async def test_retry_errors_plays_a_failed_childs_group_again_whole_and_once(tmp_path: Path) -> None:
+    flaky_id = "test-fork-resume-flaky-v0"
+    envhub.register(flaky_id, Flaky, override=True)
+    out, refs, oracle = tmp_path / "run", plan(3, rollouts=3), load_policy("oracle")
+    no_reruns = RolloutLimits(concurrency=1, retries=0)  # the error is stored, not retried on the spot
+    Flaky.failures_left = 1
+    first = await rollout(flaky_id, oracle, episodes=refs, fork_at=1, out=out, limits=no_reruns)
+    failed = [e for e in first.episodes if e.error is not None]
+    assert len(failed) == 1 and failed[0].parent is not None  # a child, after its group's prefix
+    group = {e.episode_id for e in first.episodes if failed[0].parent in (e.episode_id, e.parent)}
+    before = {e.episode_id: e for e in first.episodes}
+
+    result = await rollout(
+        flaky_id, oracle, episodes=refs, fork_at=1, out=out, limits=no_reruns, resume=True, retry_errors=True
+    )
+    check_whole_groups(result.episodes, tasks=3, group=2)
+    assert all(e.error is None for e in result.episodes)
+    assert result.retried == [int(failed[0].episode_id)]
+    assert result.played == len(group) == 3  # the failed child's whole group, and no other episode
+    assert all(before[i] == e for e in result.episodes if (i := e.episode_id) not in group)
