@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 import re
+import sys
 
 _INTEGER = re.compile(r"-?\d[\d,]*")
+
+
+def to_int(digits: str) -> int:
+    """`digits` as an int; a number longer than CPython converts (`int()` raises past 4300 digits, and
+    the reply decides how long it is) stands as ±10**limit, a value no task's answer is near, so it is
+    graded as wrong, and compared as huge, instead of crashing the reward."""
+    try:
+        return int(digits)
+    except ValueError:
+        huge: int = 10 ** (sys.get_int_max_str_digits() or 4300)
+        return -huge if digits.startswith("-") else huge
 
 
 def last_integer(text: str) -> int | None:
@@ -12,4 +24,4 @@ def last_integer(text: str) -> int | None:
     found = _INTEGER.findall(text)
     if not found:
         return None
-    return int(found[-1].replace(",", ""))
+    return to_int(found[-1].replace(",", ""))

@@ -11,6 +11,9 @@ from envhub.messages import Message
 
 SMALL = list(range(1, 11))
 LARGE = [25, 50, 75, 100]
+MAX_EXPRESSION_CHARS = 1000
+"""Six numbers, five operators and their parentheses take under 100 characters; a longer final line is
+not an answer, and parsing one that the reply made arbitrarily long or deep crashed the reward."""
 _OPS: dict[type[ast.operator], str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 
 
@@ -20,10 +23,16 @@ class InvalidExpression(ValueError):
 
 def evaluate(expression: str, allowed: list[int]) -> Fraction:
     """Exact value of an expression that uses only + - * / and numbers from `allowed`, each at most once."""
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise InvalidExpression(
+            f"the expression has {len(expression)} characters; at most {MAX_EXPRESSION_CHARS}"
+        )
     try:
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError as exc:
         raise InvalidExpression(f"not an arithmetic expression: {exc.msg}") from exc
+    except RecursionError as exc:  # nesting deeper than the parser takes, e.g. 500 unary minuses
+        raise InvalidExpression("the expression is nested too deeply") from exc
     remaining = list(allowed)
 
     def value(node: ast.expr) -> Fraction:
@@ -45,7 +54,10 @@ def evaluate(expression: str, allowed: list[int]) -> Fraction:
             return left / right
         raise InvalidExpression(f"only integers and + - * / are allowed, found {ast.unparse(node)!r}")
 
-    return value(tree.body)
+    try:
+        return value(tree.body)
+    except RecursionError as exc:
+        raise InvalidExpression("the expression is nested too deeply") from exc
 
 
 def final_line(text: str) -> str:
