@@ -24,6 +24,8 @@ COLOURS: dict[str, tuple[int, int, int]] = {
     "orange": (240, 130, 20),
 }
 SHAPES = ("circle", "square", "triangle")
+MAX_DIGITS = 18
+"""Counts, clock readings, grid cells and pixel coordinates all have a few digits."""
 CODE_ALPHABET = "ACDEFHJKLMNPRTUVWXY34679"  # no 0/O, 1/I, 2/Z, 5/S, 8/B look-alikes
 
 
@@ -40,7 +42,16 @@ class VisionTask:
 
 
 def integers(text: str) -> list[int]:
-    return [int(n) for n in re.findall(r"-?\d+", text)]
+    """Every integer written in `text`, in order. One of more than `MAX_DIGITS` digits stands as
+    ±10**MAX_DIGITS: the reply decides how long a number is, and past 4300 digits int() raised, past
+    ~308 math.dist overflowed, crashing the reward; every answer here is far smaller, so it is wrong."""
+    return [_bounded_int(n) for n in re.findall(r"-?\d+", text)]
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) <= MAX_DIGITS:
+        return int(digits)
+    return -(10**MAX_DIGITS) if digits.startswith("-") else 10**MAX_DIGITS
 
 
 def png(image: Image.Image) -> bytes:
