@@ -372,7 +372,8 @@ def lead_step(
     checkpoint: bool,
 ) -> Trained:
     """Rank 0: hand every rank its share of the samples and train on its own."""
-    return train_share(model, optimiser, shares.hand_out(samples, pad_id, checkpoint), config, ref_model)
+    share = shares.hand_out(samples, pad_id, checkpoint, share_prompts=sharing_prompts(config))
+    return train_share(model, optimiser, share, config, ref_model)
 
 
 def follow(model: Any, optimiser: torch.optim.Optimizer, config: TrainConfig, ref_model: Any) -> None:

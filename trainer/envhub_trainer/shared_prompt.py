@@ -32,8 +32,9 @@ MASKED_ATTENTION = ("sdpa", "eager")
 
 
 def prompt_length(sample: TrainSample) -> int:
-    """Tokens before the first trained one: what the sample's row may share with others."""
-    return next(t for t in range(1, len(sample.loss_mask)) if sample.loss_mask[t])
+    """Tokens before the first trained one: what the sample's row may share with others (all of them
+    for a sample with nothing to train, which only ever shares with an identical one)."""
+    return next((t for t in range(1, len(sample.loss_mask)) if sample.loss_mask[t]), len(sample.token_ids))
 
 
 def shared_rows(samples: list[TrainSample], indices: list[int], per_row: int) -> list[list[int]]:

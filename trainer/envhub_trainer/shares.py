@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from envhub_trainer import distributed
 from envhub_trainer.samples import TrainSample
+from envhub_trainer.shared_prompt import row_width, shared_rows
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +28,27 @@ class Share:
     """A checkpoint follows this step: every rank helps gather the optimiser state for it."""
 
 
-def hand_out(samples: list[TrainSample], pad_id: int, checkpoint: bool) -> Share:
-    """Rank 0: every rank's share of the samples, balanced by token count; returns rank 0's own."""
-    split = distributed.balance([len(s.token_ids) for s in samples], distributed.world_size())
+def hand_out(samples: list[TrainSample], pad_id: int, checkpoint: bool, *, share_prompts: bool) -> Share:
+    """Rank 0: every rank's share of the samples (`split`); returns rank 0's own."""
+    parts = split(samples, distributed.world_size(), share_prompts=share_prompts)
     handed: Share = distributed.scatter(
-        [Share([samples[i] for i in part], pad_id, checkpoint) for part in split]
+        [Share([samples[i] for i in part], pad_id, checkpoint) for part in parts]
     )
     return handed
+
+
+def split(samples: list[TrainSample], ranks: int, *, share_prompts: bool) -> list[list[int]]:
+    """Sample indices for each rank, balanced by the tokens each rank runs through the model.
+
+    With `share_prompts`, the samples of one prompt go to one rank (split only where a row would pass
+    `ROW_TOKENS`), so the prompt runs once in the step, not once on every rank holding some of them."""
+    everything = list(range(len(samples)))
+    if share_prompts:
+        units = shared_rows(samples, everything, per_row=max(len(samples), 1))
+        tokens = [row_width(samples, unit) for unit in units]
+    else:
+        units, tokens = [[i] for i in everything], [len(s.token_ids) for s in samples]
+    return [sorted(i for u in part for i in units[u]) for part in distributed.balance(tokens, ranks)]
 
 
 def received() -> Iterator[Share]:

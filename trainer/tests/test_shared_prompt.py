@@ -14,6 +14,7 @@ from envhub_trainer.forward import micro_batch_logprobs
 from envhub_trainer.grpo import micro_batches, train_step
 from envhub_trainer.samples import TrainSample
 from envhub_trainer.shared_prompt import ROW_TOKENS, row_width, shared_prompt_logprobs, shared_rows
+from envhub_trainer.shares import split
 from transformers import AutoModelForCausalLM
 
 
@@ -136,3 +137,17 @@ def test_an_attention_without_custom_masks_is_refused_with_the_fix(tiny_model: P
     batch = groups(tasks=1, size=2)
     with pytest.raises(ValueError, match="share_prompts: false"):
         shared_prompt_logprobs(lm, batch, [[0, 1]])
+
+
+def test_data_parallel_shares_keep_a_prompts_samples_on_one_rank() -> None:
+    batch = groups(tasks=6, size=4)
+
+    def tasks_on(part: list[int]) -> set[int]:
+        return {batch[i].group for i in part}
+
+    first, second = split(batch, 2, share_prompts=True)
+    assert sorted(first + second) == list(range(len(batch)))  # every sample once
+    assert not tasks_on(first) & tasks_on(second)  # each task whole on one rank
+    assert first and second  # both ranks train
+    first, second = split(batch, 2, share_prompts=False)  # a sample at a time, as before
+    assert tasks_on(first) & tasks_on(second)  # cuts tasks across ranks: the control
