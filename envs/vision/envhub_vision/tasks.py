@@ -51,7 +51,8 @@ def integers(text: str) -> list[int]:
 def _bounded_int(digits: str) -> int:
     if len(digits.lstrip("-")) <= MAX_DIGITS:
         return int(digits)
-    return -(10**MAX_DIGITS) if digits.startswith("-") else 10**MAX_DIGITS
+    huge: int = 10**MAX_DIGITS
+    return -huge if digits.startswith("-") else huge
 
 
 def png(image: Image.Image) -> bytes:
