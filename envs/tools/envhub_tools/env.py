@@ -73,7 +73,12 @@ def _failed(result: ExecResult, path: str) -> OSError:
 def final_number(text: str) -> Fraction | None:
     """The last number written in an answer ("The total is 1,234." -> 1234), or None."""
     found = _NUMBER.findall(text)
-    return Fraction(found[-1].replace(",", "")) if found else None
+    if not found:
+        return None
+    try:
+        return Fraction(found[-1].replace(",", ""))
+    except ValueError:  # past CPython's 4300-digit int() limit: far from any task's answer, so wrong
+        return None
 
 
 class ToolUse(envhub.ToolEnv):
