@@ -50,8 +50,9 @@ def same(a: object, b: object) -> bool:
 def judge(check: str, value: object, checks: dict[str, Any]) -> dict[str, Any]:
     """Evaluate a test's check over a value rebuilt from plain builtins: whether it passed, and why not.
 
-    `checks` holds the tests' prelude; `same` and `math` are always there. Importable on the host, so
-    a sweep of our own trusted answers can be judged exactly as the grader judges them.
+    `checks` holds the tests' prelude and check prelude; `same` and `math` are always there.
+    Importable on the host, so a sweep of our own trusted answers can be judged exactly as the grader
+    judges them.
     """
     namespace = {"__builtins__": builtins, "same": same, "math": math, **checks, "result": value}
     try:
@@ -183,6 +184,7 @@ def main() -> None:
     checks: dict[str, Any] = {"__builtins__": builtins, "same": same, "math": math}
     try:
         exec(payload["prelude"], checks)
+        exec(payload["check_prelude"], checks)  # the checks' own values: never sent to the child
     except Exception as exc:
         emit({"event": "error", "message": f"the tests' prelude failed: {type(exc).__name__}: {exc}"})
         return

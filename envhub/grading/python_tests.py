@@ -53,10 +53,11 @@ class HiddenTest(BaseModel):
     """One test: `probe` runs beside the solution; `check` judges its value where the solution can't reach.
 
     `check` is a Python expression over `result` (the probe's value, rebuilt from plain builtins) and
-    the names of the prelude; `same(a, b)` is a type-strict equality. A test with `check=None` is a
-    *statement* test (loops over the solution, say): it runs entirely beside the solution, with `==`
-    made type-strict, and passes if it raises nothing. Its verdict is less trustworthy (`trusted=False`
-    in the results); use it only for tests that cannot be split into a probe and a check.
+    the names of the prelude and check prelude; `same(a, b)` is a type-strict equality. A test with
+    `check=None` is a *statement* test (loops over the solution, say): it runs entirely beside the
+    solution, with `==` made type-strict, and passes if it raises nothing. Its verdict is less
+    trustworthy (`trusted=False` in the results); use it only for tests that cannot be split into a
+    probe and a check.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -155,6 +156,7 @@ async def grade_python(
     tests: list[HiddenTest],
     *,
     prelude: str = "",
+    check_prelude: str = "",
     module: str = "solution",
     policy: IsolationPolicy | None = None,
     backend: Backend = "local",
@@ -166,8 +168,10 @@ async def grade_python(
     Each test has its own timeout; `time_limit_s` caps the whole suite (tests left when it runs out
     fail), so a solution that hangs every test costs seconds, not minutes. `prelude` is test code
     both sides run first (imports, helper functions): it is visible to the solution, so it must hold no
-    expected values. Raises InfrastructureError if the sandbox or the
-    grader itself could not run (the runner retries those); everything the solution does scores.
+    expected values. `check_prelude` runs after it on the grader's side only, never beside the
+    solution: the place for values the checks compare against (a solution can read its caller's
+    frame). Raises InfrastructureError if the sandbox or the grader itself could not run (the runner
+    retries those); everything the solution does scores.
     """
     if not tests:
         raise ValueError("grade_python needs at least one test")
@@ -188,6 +192,7 @@ async def grade_python(
         "workdir": policy.workdir,
         "module": module,
         "prelude": prelude,
+        "check_prelude": check_prelude,
         "probe_source": PROBE_SOURCE,
         "import_timeout": import_timeout_s,
         "time_limit": time_limit_s,
