@@ -124,6 +124,7 @@ class CodeTaskEnv:
                 code,
                 _all_tests(self.task),
                 prelude=self.task.prelude,
+                check_prelude=self.task.check_prelude,
                 backend=self.backend,
                 policy=GRADE_POLICY,
             )
@@ -261,7 +262,11 @@ class CodeRepl(CodeTaskEnv, envhub.ToolEnv):
             code: The complete solution module.
         """
         grade = await grade_python(
-            code, list(self.task.public_tests), prelude=self.task.prelude, backend=self.backend
+            code,
+            list(self.task.public_tests),
+            prelude=self.task.prelude,
+            check_prelude=self.task.check_prelude,
+            backend=self.backend,
         )
         lines = []
         for test, result in zip(self.task.public_tests, grade.results, strict=True):

@@ -53,7 +53,7 @@ def load_humaneval(path: str | Path) -> list[CodeTask]:
         if missing:
             raise ValueError(f"{path}: row {n} lacks the HumanEval field(s) {sorted(missing)}")
         entry = str(row["entry_point"])
-        prelude, tests = _humaneval_tests(str(row["test"]), entry)
+        prelude, check_prelude, tests = _humaneval_tests(str(row["test"]), entry)
         tasks.append(
             CodeTask(
                 id=str(row.get("task_id", f"humaneval-{n}")),
@@ -66,6 +66,7 @@ def load_humaneval(path: str | Path) -> list[CodeTask]:
                 public_tests=tests[:PUBLIC_FROM_TESTS],
                 hidden_tests=tests,
                 prelude=prelude,
+                check_prelude=check_prelude,
                 source=f"humaneval:{Path(path).name}",
             )
         )
@@ -116,13 +117,14 @@ def _trusted_only(tasks: list[CodeTask], path: str | Path) -> list[CodeTask]:
     return kept
 
 
-def _humaneval_tests(test_module: str, entry: str) -> tuple[str, list[HiddenTest]]:
-    """(prelude, tests) from a HumanEval test module: everything but `check` is prelude."""
+def _humaneval_tests(test_module: str, entry: str) -> tuple[str, str, list[HiddenTest]]:
+    """(prelude, check prelude, tests) from a HumanEval test module: everything but `check`'s
+    assertions is prelude, and of that, the values only the checks use are the grader's alone."""
     tree = ast.parse(test_module)
     check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
     if check is None:
         raise ValueError(f"the HumanEval test for {entry} defines no check(candidate)")
-    prelude = [ast.unparse(n) for n in tree.body if n is not check]
+    setup = [n for n in tree.body if n is not check]
     param = check.args.args[0].arg if check.args.args else "candidate"
     body = [n for n in check.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
     tests_itself = (ast.Assert, ast.For, ast.While, ast.If, ast.With, ast.Try)
@@ -131,9 +133,58 @@ def _humaneval_tests(test_module: str, entry: str) -> tuple[str, list[HiddenTest
         statements = ["\n".join(ast.unparse(n) for n in body)]
     else:
         statements = [ast.unparse(n) for n in body if _uses(n, {param})]  # asserts and loops over them
-        prelude += [ast.unparse(n) for n in body if not _uses(n, {param})]  # imports, helper values
+        setup += [n for n in body if not _uses(n, {param})]  # imports, helpers, inputs, expected values
     tests = _assertion_tests(statements, {param}, rename={param: entry})
-    return "\n".join(prelude), tests
+    if any(t.check is None for t in tests):  # statement tests run beside the solution: they need it all
+        return "\n".join(ast.unparse(n) for n in setup), "", tests
+    shared, checks_only = _grader_only(setup, [t.probe for t in tests])
+    return "\n".join(map(ast.unparse, shared)), "\n".join(map(ast.unparse, checks_only)), tests
+
+
+def _grader_only(setup: list[ast.stmt], probes: list[str]) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    """(shared, grader-only): an assignment whose names no probe needs, even through another shared
+    statement (`odd_sum = sum(...)`, HumanEval/151), is the checks' alone. The solution runs beside the
+    probes and can read every name of their namespace from its caller's frame, so such a value must not
+    be there. Order is kept within each part; a value that a later shared statement would rebind stays
+    shared, since the grader runs all the shared part first."""
+    needed = {n.id for p in probes for n in ast.walk(ast.parse(p)) if isinstance(n, ast.Name)}
+    rebound: set[str] = set()
+    shared: list[ast.stmt] = []
+    checks_only: list[ast.stmt] = []
+    for node in reversed(setup):
+        binds = _assigned(node)
+        loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        if binds is not None and not binds & needed and not (loads - binds) & rebound:
+            checks_only.insert(0, node)
+            continue
+        shared.insert(0, node)
+        needed |= loads
+        rebound |= _bound(node)
+    return shared, checks_only
+
+
+def _bound(node: ast.stmt) -> set[str]:
+    """Every name a statement may bind (a superset: a definition's own locals are counted too)."""
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        names.add(node.name)
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def _assigned(node: ast.stmt) -> set[str] | None:
+    """The names a plain assignment binds; None for anything else (imports, definitions, mutations)."""
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+        targets = [node.target]
+    else:
+        return None
+    names = [n for t in targets for n in ast.walk(t)]
+    if not all(isinstance(n, ast.Name | ast.Tuple | ast.List | ast.Store) for n in names):
+        return None  # `x[0] = ...`, `x.a = ...`: a mutation of what the probes may share
+    return {n.id for n in names if isinstance(n, ast.Name)}
 
 
 def _assertion_tests(

@@ -46,6 +46,10 @@ class CodeTask(BaseModel):
     public_tests: list[HiddenTest]
     hidden_tests: list[HiddenTest]
     prelude: str = ""
+    """Test code run beside the solution and by the grader (imports, helpers, the probes' inputs)."""
+    check_prelude: str = ""
+    """Test code only the grader runs, after `prelude`: the values the checks compare against, which
+    the solution could read from its caller's frame if they were in the prelude."""
     source: str = "builtin"
 
 

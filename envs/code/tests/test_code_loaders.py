@@ -84,7 +84,7 @@ def test_humaneval_tests_are_split_into_probes_and_checks(tmp_path: Path, suffix
         ("add(-1, 1)", "result == 0"),
         ("add(0.5, 0.25)", "abs(result - 0.75) < 1e-09"),
     ]  # `assert True` tests nothing and is dropped
-    assert "METADATA" in add.prelude
+    assert "METADATA" in add.check_prelude and "METADATA" not in add.prelude  # no probe needs it
     assert add.public_tests == add.hidden_tests[:1]
     assert "def add(a: float, b: float)" in add.statement and add.reference.endswith("return a + b\n")
     # The loop over range(4) is unrolled: four probe/check tests, none left to run beside the solution.

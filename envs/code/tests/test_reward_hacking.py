@@ -451,3 +451,45 @@ async def test_a_partly_right_solution_earns_nothing_by_default() -> None:
     await env.reset(seed=0)
     result = await env.step(f"```python\n{partial}\n```")
     assert result.reward == grade.fraction(hidden)
+
+
+# The solution shares its process with the probes: anything the probes' namespace holds, it can read
+# (sys._getframe, gc, inspect). An expected value computed by the test must never be there.
+FRAME_PEEK = """
+import gc, sys
+
+def _seen():
+    names = {}
+    frame = sys._getframe(1)
+    while frame is not None:
+        names.update(frame.f_globals)
+        names.update(frame.f_locals)
+        frame = frame.f_back
+    for obj in gc.get_objects():  # and every namespace dict of the process
+        if isinstance(obj, dict) and "__builtins__" in obj:
+            names.update(obj)
+    return names
+
+def double_all(xs):
+    return _seen().get("expected", [])
+"""
+COMPUTED_EXPECTATION = _humaneval_row(
+    "Hack/2",
+    "    inputs = list(range(5))\n"
+    "    expected = [2 * x for x in inputs]\n"
+    "    assert candidate(inputs) == expected\n",
+)
+
+
+async def test_an_expected_value_computed_by_the_test_is_out_of_the_solutions_reach(tmp_path: Path) -> None:
+    """A value the check body computes (HumanEval/151's `odd_sum`) is judged by the grader alone: were it
+    run beside the solution, a solution reading its caller's frame would return it and pass."""
+    path = tmp_path / "he.jsonl"
+    path.write_text(json.dumps(COMPUTED_EXPECTATION) + "\n")
+    env = CodeSingle(source="humaneval", path=str(path), task="Hack/2")
+    await env.reset(seed=0)
+    result = await env.step(f"```python\n{FRAME_PEEK}\n```")
+    assert result.reward == 0.0, result.info["reward_components"]
+    await env.reset(seed=0)
+    honest = await env.step(f"```python\n{env.task.reference}\n```")
+    assert honest.reward == 1.0, honest.info["reward_components"]

@@ -60,6 +60,7 @@ def host_fraction(task: CodeTask, source: str) -> float:
     exec(source, solution)
     checks: dict[str, Any] = {}
     exec(task.prelude, checks)
+    exec(task.check_prelude, checks)
     passed = 0
     for test in task.hidden_tests:
         assert test.check is not None, f"{task.id}: built-in tests are all probe/check tests"
