@@ -3,13 +3,15 @@
     python benchmarks/train_step_speed.py [--repeats 5] [--threads 2] [--profile]
 
 SmolLM2-135M-Instruct (fp32, the local copy `models.smollm2_dir` builds) trains on 32 sequences shaped
-like `make bench-trl`'s: the env's 50-token chat prompt and completions of at most 32 tokens (most at
-the cap, as the benchmark's are), micro-batches of 8, AdamW (fused), clip 1, the token-sum loss.
-Completion tokens and logprobs are random: the step's compute depends on the shapes only.
+like `make bench-trl`'s: 8 prompts of 50 tokens, 4 samples each with completions of at most 32 tokens
+(most at the cap, as the benchmark's are), micro-batches of 8, AdamW (fused), clip 1, the token-sum
+loss. Tokens and logprobs are random: the step's compute depends on the shapes only.
 
-Prints the step with and without in-place gradient accumulation (`grad_accumulation.py`), alternated
-in the same minutes so a shared host's load hits both alike: each one's process CPU seconds (what
-other processes' load inflates least) and wall seconds, min and median over the repeats.
+Prints the step in three ways, alternated in the same minutes so a shared host's load hits all alike: a
+row per sample with autograd's gradient accumulation, a row per sample with in-place accumulation
+(`grad_accumulation.py`), and shared-prompt rows (`shared_prompt.py`, the default) with in-place
+accumulation. For each, the process CPU seconds (what other processes' load inflates least) and wall
+seconds, min and median over the repeats.
 """
 
 from __future__ import annotations
@@ -27,16 +29,20 @@ from envhub_trainer.loss import LossConfig
 from envhub_trainer.models import smollm2_dir
 from envhub_trainer.samples import TrainSample
 
-PROMPT_TOKENS, COMPLETION_TOKENS, SEQUENCES = 50, 32, 32
+PROMPT_TOKENS, COMPLETION_TOKENS, SEQUENCES, GROUP_SIZE = 50, 32, 32, 4
 
 
 def bench_samples(seed: int = 0, vocab: int = 49152) -> list[TrainSample]:
-    """32 sequences of bench-trl's lengths: a 50-token prompt, then 3-32 sampled tokens (60% at 32)."""
+    """32 sequences of bench-trl's lengths: 8 prompts of 50 tokens, 4 samples each of 3-32 sampled
+    tokens (60% at 32)."""
     rng = random.Random(seed)
     samples = []
+    prompt: list[int] = []
     for i in range(SEQUENCES):
+        if i % GROUP_SIZE == 0:
+            prompt = [rng.randrange(vocab) for _ in range(PROMPT_TOKENS)]
         n = COMPLETION_TOKENS if rng.random() < 0.6 else rng.randint(3, COMPLETION_TOKENS - 1)
-        ids = [rng.randrange(vocab) for _ in range(PROMPT_TOKENS + n)]
+        ids = prompt + [rng.randrange(vocab) for _ in range(n)]
         mask = [0] * PROMPT_TOKENS + [1] * n
         logprobs = [0.0] * PROMPT_TOKENS + [-rng.uniform(0.1, 3.0) for _ in range(n)]
         samples.append(
@@ -45,7 +51,7 @@ def bench_samples(seed: int = 0, vocab: int = 49152) -> list[TrainSample]:
                 loss_mask=mask,
                 logprobs=logprobs,
                 reward=float(i % 2),
-                group=i // 4,
+                group=i // GROUP_SIZE,
                 episode_id=str(i),
                 version=0,
                 advantage=rng.choice([-1.0, 1.0]),
@@ -93,12 +99,17 @@ def main() -> None:
             train_step(model, optimiser, samples, config)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
         return
-    variants = {"autograd accumulation": False, "in-place accumulation": True}
+    apart = bench_config(share_prompts=False)
+    variants = {
+        "a row per sample, autograd accumulation": (apart, False),
+        "a row per sample, in-place accumulation": (apart, True),
+        "shared prompts, in-place accumulation": (config, True),
+    }
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(args.repeats):
-        for name, fuse in variants.items():
+        for name, (variant, fuse) in variants.items():
             cpu, wall = time.process_time(), time.perf_counter()
-            train_step(model, optimiser, samples, config, fuse_accumulation=fuse)
+            train_step(model, optimiser, samples, variant, fuse_accumulation=fuse)
             times[name].append((time.process_time() - cpu, time.perf_counter() - wall))
     print(f"one training step, {SEQUENCES} sequences, {args.threads} threads, {args.repeats} repeats each")
     for name, measured in times.items():
