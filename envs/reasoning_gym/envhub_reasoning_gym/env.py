@@ -9,7 +9,8 @@ Gym builds from those options (`reasoning_gym.create_dataset(name, **options)[s 
 
 The reply is read the way Reasoning Gym's own evaluation reads it: the text of the last
 `<answer>...</answer>` block (`reasoning_gym.utils.extract_answer`; no block gives `None`), scored by the
-dataset's own `score_answer`. The system prompt, one of Reasoning Gym's `SYSTEM_PROMPTS`, asks for it.
+dataset's own `score_answer`, except where `guards` must differ (hedges, a scorer that passes anything).
+The system prompt, one of Reasoning Gym's `SYSTEM_PROMPTS`, asks for it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer  # type: ignore[i
 
 import envhub
 from envhub.messages import Message
-from envhub_reasoning_gym import solvers
+from envhub_reasoning_gym import guards, solvers
 
 NAMESPACE = "reasoning-gym"
 MODULE = "envhub_reasoning_gym.datasets"
@@ -226,12 +227,16 @@ class ReasoningGymEnv(envhub.SingleTurnEnv):
 
     @envhub.reward
     def score(self, answer: str) -> float:
-        """Reasoning Gym's own score_answer for the reply's last <answer> block (None without one)."""
+        """Reasoning Gym's own score_answer for the reply's last <answer> block (None without one), except
+        where `guards` says otherwise: a hedge scores 0, and a scorer that accepts anything is replaced."""
         try:
-            return float(self.dataset.score_answer(extract_answer(answer), self.entry))
+            value, note = guards.score(self.dataset, extract_answer(answer), self.entry)
         except Exception as exc:  # the dataset's scorer crashed on this reply: a wrong answer, not an env bug
             self.reward_notes["score"] = f"score_answer raised {type(exc).__name__}: {exc}; scored 0"
             return 0.0
+        if note is not None:
+            self.reward_notes["score"] = note
+        return value
 
     @envhub.reward(weight=0.0)
     def answer_tagged(self, answer: str) -> float:

@@ -107,13 +107,21 @@ async def test_the_answer_is_the_last_answer_block_as_reasoning_gym_reads_it() -
         assert result.info["reward_components"]["answer_tagged"] == float("<answer>" in text)
 
 
-async def test_partial_credit_is_the_datasets_own() -> None:
-    """Reasoning Gym's default score_answer gives len(answer)/len(reply) when the reply contains it."""
-    env = envhub.make(env_id("caesar_cipher"))
+async def test_partial_credit_is_the_datasets_own_unless_it_pays_a_hedge() -> None:
+    """letter_jumble's credit for the words in place is kept; the default scorer's len(answer)/len(reply)
+    for a reply that contains the answer is not (test_rgym_reward_hacks)."""
+    env = envhub.make(env_id("letter_jumble"))
     await env.reset(seed=0)
-    right = env.entry["answer"]  # type: ignore[attr-defined]
-    result = await reply("caesar_cipher", f"<answer>{right} {right}</answer>")
-    assert result.reward == pytest.approx(len(right) / (2 * len(right) + 1))
+    words = env.entry["answer"].split()  # type: ignore[attr-defined]
+    dataset_says = env.dataset.score_answer(" ".join(["xyzzy", *words[1:]]), env.entry)  # type: ignore[attr-defined]
+    assert 0.0 < dataset_says < 1.0
+    result = await reply("letter_jumble", "<answer>" + " ".join(["xyzzy", *words[1:]]) + "</answer>")
+    assert result.reward == pytest.approx(dataset_says)
+    caesar = envhub.make(env_id("caesar_cipher"))
+    await caesar.reset(seed=0)
+    right = caesar.entry["answer"]  # type: ignore[attr-defined]
+    assert caesar.dataset.score_answer(f"{right} {right}", caesar.entry) > 0  # type: ignore[attr-defined]
+    assert (await reply("caesar_cipher", f"<answer>{right} {right}</answer>")).reward == 0.0
 
 
 async def test_a_reply_that_crashes_the_scorer_scores_zero_with_the_reason() -> None:
