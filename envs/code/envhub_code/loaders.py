@@ -191,12 +191,12 @@ def _assertion_tests(
     statements: list[str], solution_names: set[str], rename: dict[str, str] | None = None
 ) -> list[HiddenTest]:
     rename = rename or {}
-    tests = []
+    tests: list[HiddenTest] = []
     unrolled = [t for statement in statements for t in _unrolled(statement)]
     testing = [t for t in unrolled if _uses(ast.parse(t), solution_names)]  # `assert True` tests nothing
-    for i, text in enumerate(testing):
+    for text in testing:
         body = ast.parse(text).body
-        name = f"test-{i}"
+        name = f"test-{len(tests)}"
         split = (
             _split(body[0], solution_names) if len(body) == 1 and isinstance(body[0], ast.Assert) else None
         )
@@ -206,6 +206,8 @@ def _assertion_tests(
             continue
         probes, check = split
         calls = [ast.unparse(_Rename(rename).visit(p)) for p in probes]
+        if len(calls) > 1 and len(set(calls)) == 1:
+            continue  # the solution compared with itself (HumanEval/33): any answer, a constant too, holds
         probe = calls[0] if len(calls) == 1 else f"({', '.join(calls)},)"
         tests.append(HiddenTest(name=name, probe=probe, check=check, source=text))
     return tests

@@ -8,7 +8,8 @@ written out here with its data as literals: the same assertions, the same number
 generator; the randomness the original draws afresh on every run is drawn from a fixed seed instead,
 so the reward is a function of the answer alone. `tests/test_heval_problems.py` checks that the
 rewritten tests still hold the canonical solution and reject wrong ones. One more (HumanEval/33)
-names the solution by its own name inside `check`, read here as `candidate`, as the harness does.
+names the solution by its own name inside `check`, read here as `candidate`, as the harness does
+(three of its assertions then compare the solution with itself; the loader drops those).
 """
 
 from __future__ import annotations
