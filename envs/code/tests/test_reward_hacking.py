@@ -493,3 +493,14 @@ async def test_an_expected_value_computed_by_the_test_is_out_of_the_solutions_re
     await env.reset(seed=0)
     honest = await env.step(f"```python\n{env.task.reference}\n```")
     assert honest.reward == 1.0, honest.info["reward_components"]
+
+
+async def test_a_huge_int_is_judged_wrong_rather_than_stalling_the_grader() -> None:
+    """`1 << 50_000_000` travels as hex in a moment, but printing it in decimal for the failure
+    message is quadratic: the grader stalled until the sandbox's wall time voided the grade, so one
+    line of answer held a grading sandbox for a minute. It must be judged, wrong, like any value."""
+    reward, grade = await play("def sum_multiples(numbers):\n    return 1 << 50_000_000")
+    assert reward == 0.0
+    assert grade.valid and grade.evidence.problem is None, grade.evidence.problem
+    assert not any(r.passed for r in grade.results)
+    assert any("too long to print" in (r.error or "") for r in grade.results)  # the others: too large
