@@ -105,13 +105,15 @@ def load_mbpp(path: str | Path) -> list[CodeTask]:
 
 
 def _trusted_only(tasks: list[CodeTask], path: str | Path) -> list[CodeTask]:
-    """The tasks every test of which the grader judges itself; warns about the others, left out."""
-    kept = [t for t in tasks if all(test.check is not None for test in t.hidden_tests)]
+    """The tasks with tests, every one of which the grader judges itself; warns about the others,
+    left out."""
+    kept = [t for t in tasks if t.hidden_tests and all(test.check is not None for test in t.hidden_tests)]
     left_out = [t.id for t in tasks if t not in kept]
     if left_out:
         warnings.warn(
             f"{path}: left out {len(left_out)} task(s) whose tests could not be split into probe and "
-            f"check (they would run beside the solution, which could forge them): {', '.join(left_out)}",
+            "check (they would run beside the solution, which could forge them), or that have no test "
+            f"of the solution but against itself: {', '.join(left_out)}",
             stacklevel=3,
         )
     return kept

@@ -147,3 +147,18 @@ def test_bad_files_say_what_is_wrong(tmp_path: Path) -> None:
         load_mbpp(tmp_path / "missing.jsonl")
     with pytest.raises(ValueError, match="lacks the HumanEval field"):
         load_humaneval(_write([{"prompt": "x"}], tmp_path / "bad.jsonl"))
+
+
+def test_a_task_left_with_no_test_of_the_solution_is_left_out(tmp_path: Path) -> None:
+    """Assertions that compare the solution with itself test nothing and are dropped; a task with no
+    other test could not be graded (every answer would be an error, the reference's too)."""
+    row = {
+        "task_id": "Self/0",
+        "prompt": "def ident(x):\n",
+        "canonical_solution": "    return x\n",
+        "test": "def check(candidate):\n    assert candidate(1) == candidate(1)\n",
+        "entry_point": "ident",
+    }
+    with pytest.warns(UserWarning, match=r"left out 1 task\(s\) .*Self/0"):
+        tasks = load_humaneval(_write([HUMANEVAL[0], row], tmp_path / "he.jsonl"))
+    assert [t.id for t in tasks] == ["Toy/0"]
