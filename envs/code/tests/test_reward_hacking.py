@@ -504,3 +504,73 @@ async def test_a_huge_int_is_judged_wrong_rather_than_stalling_the_grader() -> N
     assert grade.valid and grade.evidence.problem is None, grade.evidence.problem
     assert not any(r.passed for r in grade.results)
     assert any("too long to print" in (r.error or "") for r in grade.results)  # the others: too large
+
+
+PATCHED_ENCODER = """
+import builtins
+_type, _isinstance = builtins.type, builtins.isinstance
+
+class Liar(int):
+    def __eq__(self, other):
+        return True
+    __hash__ = int.__hash__
+    def __bool__(self):
+        return True
+    def __repr__(self):
+        return "12"
+
+def _lying_type(*args):
+    if len(args) == 1 and _isinstance(args[0], Liar):
+        return int
+    return _type(*args)
+
+builtins.type = _lying_type
+
+def sum_multiples(numbers):
+    return Liar(0)
+"""
+
+
+async def test_a_lying_int_with_the_encoders_type_checks_patched_sends_only_its_value() -> None:
+    """With `type` patched, the encoder takes a lying int subclass for an int, but
+    what crosses to the grader is its value (hex), judged as a plain int: the lie stays behind."""
+    reward, grade = await play(PATCHED_ENCODER)
+    _, plain = await play("def sum_multiples(numbers):\n    return 0")
+    assert reward == 0.0 and grade.valid
+    assert [r.passed for r in grade.results] == [r.passed for r in plain.results]  # 0 earns no more
+    assert all(r.passed or r.error in ("got 0", "got (0, 0, 0)") for r in grade.results)  # not "12"
+
+
+GRADER_REACH = """
+import ctypes, os
+
+def reach():
+    found = []
+    parent = os.getppid()
+    for entry in ("mem", "environ", "fd", "maps", "syscall", "stack"):
+        try:
+            with open(f"/proc/{parent}/{entry}", "rb") as f:
+                f.read(1)
+            found.append(entry)
+        except OSError:
+            pass
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.ptrace(16, parent, 0, 0) == 0:  # PTRACE_ATTACH
+        found.append("ptrace")
+    buffer = ctypes.create_string_buffer(8)
+    local = (ctypes.c_void_p * 2)(ctypes.addressof(buffer), 8)
+    remote = (ctypes.c_void_p * 2)(0x400000, 8)
+    if libc.process_vm_readv(parent, local, 1, remote, 1, 0) >= 0 or ctypes.get_errno() != 1:  # EPERM
+        found.append("process_vm_readv")
+    return found
+"""
+
+
+async def test_the_solution_cannot_reach_into_the_grader() -> None:
+    """The grader holds the nonce that signs the report and the checks: its memory, descriptors and
+    environment are closed to the solution (non-dumpable, no capability), by /proc, ptrace or
+    process_vm_readv alike."""
+    grade = await grade_python(
+        GRADER_REACH, [HiddenTest(name="reach", probe="reach()", check="same(result, [])")]
+    )
+    assert grade.all_passed, grade.results
