@@ -87,6 +87,7 @@ def load_mbpp(path: str | Path) -> list[CodeTask]:
         }
         asserts = [str(t) for t in list(row["test_list"]) + list(row.get("challenge_test_list") or [])]
         tests = _assertion_tests(asserts, names)
+        prelude, check_prelude = _mbpp_preludes(str(row.get("test_setup_code") or ""), tests)
         entry = sorted(names)[0] if names else "solution"
         examples = "\n".join(asserts[:PUBLIC_FROM_TESTS])
         tasks.append(
@@ -97,11 +98,20 @@ def load_mbpp(path: str | Path) -> list[CodeTask]:
                 reference=code,
                 public_tests=tests[:PUBLIC_FROM_TESTS],
                 hidden_tests=tests,
-                prelude=str(row.get("test_setup_code") or ""),
+                prelude=prelude,
+                check_prelude=check_prelude,
                 source=f"mbpp:{Path(path).name}",
             )
         )
     return _trusted_only(tasks, path)
+
+
+def _mbpp_preludes(setup_code: str, tests: list[HiddenTest]) -> tuple[str, str]:
+    try:
+        setup = ast.parse(setup_code).body
+    except SyntaxError:
+        return setup_code, ""  # as it is: the grader reports it broken, with the error
+    return _preludes(setup, tests)
 
 
 def _trusted_only(tasks: list[CodeTask], path: str | Path) -> list[CodeTask]:
@@ -137,10 +147,15 @@ def _humaneval_tests(test_module: str, entry: str) -> tuple[str, str, list[Hidde
         statements = [ast.unparse(n) for n in body if _uses(n, {param})]  # asserts and loops over them
         setup += [n for n in body if not _uses(n, {param})]  # imports, helpers, inputs, expected values
     tests = _assertion_tests(statements, {param}, rename={param: entry})
+    return (*_preludes(setup, tests), tests)
+
+
+def _preludes(setup: list[ast.stmt], tests: list[HiddenTest]) -> tuple[str, str]:
+    """(prelude, check prelude): the tests' set-up code, the values only the checks use set apart."""
     if any(t.check is None for t in tests):  # statement tests run beside the solution: they need it all
-        return "\n".join(ast.unparse(n) for n in setup), "", tests
+        return "\n".join(ast.unparse(n) for n in setup), ""
     shared, checks_only = _grader_only(setup, [t.probe for t in tests])
-    return "\n".join(map(ast.unparse, shared)), "\n".join(map(ast.unparse, checks_only)), tests
+    return "\n".join(map(ast.unparse, shared)), "\n".join(map(ast.unparse, checks_only))
 
 
 def _grader_only(setup: list[ast.stmt], probes: list[str]) -> tuple[list[ast.stmt], list[ast.stmt]]:

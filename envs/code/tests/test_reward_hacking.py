@@ -574,3 +574,24 @@ async def test_the_solution_cannot_reach_into_the_grader() -> None:
         GRADER_REACH, [HiddenTest(name="reach", probe="reach()", check="same(result, [])")]
     )
     assert grade.all_passed, grade.results
+
+
+async def test_an_expected_value_in_mbpp_set_up_code_is_out_of_the_solutions_reach(tmp_path: Path) -> None:
+    """MBPP's `test_setup_code` runs before the asserts; a value only they compare against is the
+    grader's alone, as in HumanEval's check body."""
+    row = {
+        "task_id": 7,
+        "text": "Double every element of a list.",
+        "code": "def double_all(xs):\n    return [2 * x for x in xs]\n",
+        "test_setup_code": "inputs = list(range(5))\nexpected = [2 * x for x in inputs]",
+        "test_list": ["assert double_all(inputs) == expected"],
+    }
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    env = CodeSingle(source="mbpp", path=str(path), task="mbpp-7")
+    await env.reset(seed=0)
+    result = await env.step(f"```python\n{FRAME_PEEK}\n```")
+    assert result.reward == 0.0, result.info["reward_components"]
+    await env.reset(seed=0)
+    honest = await env.step(f"```python\n{env.task.reference}\n```")
+    assert honest.reward == 1.0, honest.info["reward_components"]
