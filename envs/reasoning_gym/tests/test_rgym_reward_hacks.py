@@ -6,11 +6,13 @@ Each must score what an honest grader gives a wrong answer (0), while the refere
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from envhub_reasoning_gym import env_id
 from envhub_reasoning_gym.env import generate, reference_answer
+from reasoning_gym.factory import DATASETS  # type: ignore[import-untyped]
 
 import envhub
 
@@ -66,3 +68,84 @@ async def test_game_of_life_halting_needs_the_right_truth_value() -> None:
             await env.reset(seed=seed)
             result = await env.step(f"<answer>{reply}</answer>")
             assert result.reward == expected, (seed, reply)
+
+
+RUNS_THE_REPLY = [
+    "binary_matrix",  # eval(reply)
+    "n_queens",
+    "spiral_matrix",
+    "string_insertion",
+    "countdown",  # sympy's parse_expr(reply), which evals it
+    "puzzle24",
+    "simple_integration",
+    "intermediate_integration",
+    "polynomial_multiplication",
+]
+"""Datasets whose scorer ran the reply as Python in the grading process."""
+
+
+@pytest.fixture
+def scorers_restored() -> Iterator[None]:
+    """Puts every dataset class's score_answer back, so a test that fails cannot poison the others."""
+    saved = {cls: cls.__dict__.get("score_answer") for cls, _ in DATASETS.values()}
+    yield
+    for cls, method in saved.items():
+        if cls.__dict__.get("score_answer") is not method:
+            setattr(cls, "score_answer", method)  # noqa: B010
+
+
+@pytest.mark.usefixtures("scorers_restored")
+@pytest.mark.parametrize("name", RUNS_THE_REPLY)
+async def test_a_reply_the_scorer_would_run_cannot_rewrite_the_scorer(name: str) -> None:
+    """One reply replaced the dataset's score_answer with `lambda: 1.0`: every later episode of the
+    process scored 1.0 whatever it answered."""
+    cls = DATASETS[name][0]
+    payload = (
+        f"setattr(__import__('{cls.__module__}',fromlist=['x']).{cls.__name__},'score_answer',"
+        "eval('lambda s,a,e:1.0'))"
+    )
+    env, _, wrong = await played(name, 0)
+    first = await env.step(f"<answer>{payload}</answer>")
+    assert first.reward < 0.05
+    await env.reset(seed=0)
+    second = await env.step(f"<answer>{wrong}</answer>")
+    assert second.reward < 1.0
+    assert cls.__dict__.get("score_answer") is not None
+
+
+@pytest.mark.parametrize(
+    ("name", "reply"),
+    [
+        ("binary_matrix", "9**9**9**9"),  # eval computed the tower: the step never returned
+        ("countdown", "9**9**9**9"),  # so did sympy
+        ("countdown", "1e999999"),  # about a minute in sympy's Float
+        ("simple_integration", "x**(9**9**9)"),
+        ("polynomial_multiplication", "(9**99)**(9**99)"),
+    ],
+)
+async def test_a_reply_that_would_keep_the_scorer_busy_scores_zero(name: str, reply: str) -> None:
+    env, _, _ = await played(name, 0)
+    result = await env.step(f"<answer>{reply}</answer>")
+    assert result.reward <= 0.01
+
+
+@pytest.mark.parametrize(
+    ("name", "reply"),
+    [
+        ("puzzle24", "6*4*1*1"),  # 24 from four numbers in range, but not the item's: 1.0 on every item
+        ("complex_arithmetic", "nan"),  # min(1.0, exp(-nan)) is 1.0: every item
+        ("complex_arithmetic", "NaN + nani"),
+        ("coin_flip", "0"),  # prefix credit over the shorter string: "0" matched "0.3125" in full
+    ],
+)
+async def test_a_reply_that_answers_no_item_scores_zero(name: str, reply: str) -> None:
+    """Each of these scored 1.0 from the dataset's own scorer on items it does not answer."""
+    paid = 0
+    for seed in range(6):
+        env, right, _ = await played(name, seed)
+        if reply.strip() == right.strip():
+            continue
+        paid += env.dataset.score_answer(reply, env.entry) == 1.0  # type: ignore[attr-defined]
+        result = await env.step(f"<answer>{reply}</answer>")
+        assert result.reward == 0.0, (seed, right)
+    assert paid >= 3  # the dataset's own scorer gives it full marks on most items
