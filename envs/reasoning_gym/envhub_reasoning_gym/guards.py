@@ -106,7 +106,7 @@ EXTRA_NOTE = (
 def score(dataset: ProceduralDataset, answer: str | None, entry: dict[str, Any]) -> tuple[float, str | None]:
     """The reply's score, and a note when envhub's rule, not the dataset's, decided it."""
     source = entry.get("metadata", {}).get("source_dataset", "")
-    if source in PARSES_REPLY and not plain_math(answer):
+    if source in PARSES_REPLY and not plain_math(answer, names=source not in ARITHMETIC_ONLY):
         return 0.0, RUNS_NOTE
     own = OWN_SCORERS.get(source)
     if own is not None:
@@ -173,12 +173,19 @@ for _module in EVALS_REPLY:
     setattr(importlib.import_module(_module), "eval", literal_only)  # noqa: B010
 
 
-def plain_math(text: str | None) -> bool:
+GROWS_EXPONENTIALLY = frozenset({"exp", "sinh", "cosh"})
+ARITHMETIC_ONLY = frozenset({"countdown", "puzzle24"})
+"""Datasets whose answers are numbers and + - * / alone: no name at all is read."""
+
+
+def plain_math(text: str | None, *, names: bool = True) -> bool:
     """Whether `text` is an arithmetic expression sympy can parse without running anything but maths:
     numbers, one-letter symbols and `MATH_NAMES`, + - * / ^ and parentheses, where no exponent is over
     `MAX_EXPONENT` and no number, a power of numbers included, over `MAX_DIGITS` digits (sympy works out
     `9**9**9**9` and never finishes)."""
     if not isinstance(text, str) or len(text) > MAX_EXPRESSION_CHARS or not _ALLOWED.fullmatch(text):
+        return False
+    if not names and _NAME.search(text):
         return False
     if any(len(name) > 1 and name not in MATH_NAMES for name in _NAME.findall(text)):
         return False
@@ -193,8 +200,8 @@ def plain_math(text: str | None) -> bool:
 
 def _tame(tree: ast.Expression) -> bool:
     try:
-        return _magnitude(tree.body) <= MAX_DIGITS
-    except (_TooBig, RecursionError):
+        return _magnitude(tree.body)[0] <= MAX_DIGITS
+    except (_TooBig, RecursionError, OverflowError):
         return False
 
 
@@ -202,26 +209,36 @@ class _TooBig(Exception):
     """A constant, exponent or power beyond what an answer needs."""
 
 
-def _magnitude(node: ast.AST) -> float:
-    """A bound on log10 of the value of the numbers in `node` (0 for a symbol, which sympy leaves
-    unevaluated); raises `_TooBig` for a constant over `MAX_CONSTANT` or an exponent over `MAX_EXPONENT`."""
+def _magnitude(node: ast.AST) -> tuple[float, bool]:
+    """A bound on log10 of the value `node` makes sympy compute, and whether `node` is numbers alone
+    (sympy leaves anything holding a symbol unevaluated); raises `_TooBig` for a constant over
+    `MAX_CONSTANT`, a numeric exponent over `MAX_EXPONENT`, or exp of a number over `MAX_DIGITS`."""
     if isinstance(node, ast.Constant):
         if not isinstance(node.value, int | float) or not math.isfinite(node.value):
             raise _TooBig
         if abs(node.value) > MAX_CONSTANT:
             raise _TooBig
-        return math.log10(max(abs(node.value), 1))
+        return math.log10(max(abs(node.value), 1)), True
     if isinstance(node, ast.Name):
-        return 0.0
+        return 0.0, False
     if isinstance(node, ast.UnaryOp):
         return _magnitude(node.operand)
     if isinstance(node, ast.Call):
-        return max([0.0, *(_magnitude(a) for a in node.args)])
+        args = [_magnitude(a) for a in node.args]
+        inner, numeric = max([0.0, *(m for m, _ in args)]), all(n for _, n in args)
+        if numeric and isinstance(node.func, ast.Name) and node.func.id in GROWS_EXPONENTIALLY:
+            if inner > math.log10(MAX_DIGITS):
+                raise _TooBig  # exp(exp(exp(100))): sympy evaluates it for ever
+            return 10**inner * math.log10(math.e), True
+        return inner, numeric
     if isinstance(node, ast.BinOp):
-        left, right = _magnitude(node.left), _magnitude(node.right)
+        (left, left_numeric), (right, right_numeric) = _magnitude(node.left), _magnitude(node.right)
+        numeric = left_numeric and right_numeric
         if isinstance(node.op, ast.Pow):
-            if right > math.log10(MAX_EXPONENT):
+            if right_numeric and right > math.log10(MAX_EXPONENT):
                 raise _TooBig
-            return left * 10**right
-        return left + right + 1
+            return left * 10**right, numeric
+        if isinstance(node.op, ast.Mult):
+            return left + right, numeric
+        return max(left, right) + math.log10(2), numeric
     raise _TooBig
