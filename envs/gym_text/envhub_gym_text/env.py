@@ -3,7 +3,8 @@
 Each turn the agent reads the state as text and replies with one action, by name or number; the reply
 is parsed (the last action named in it counts), the gymnasium env steps once, and the env's own reward
 for that step is the turn's reward, so the episode's reward is the env's return. A reply that names no
-action is answered with the list of actions and costs a turn, not a step.
+action plays the first action (the default) and is answered with the list of actions, so saying nothing
+is never better than acting.
 """
 
 from __future__ import annotations
@@ -87,16 +88,26 @@ class GymText(envhub.MultiTurnEnv):
 
     def respond(self, text: str) -> envhub.Reply:
         action = self.parse_action(text)
+        note = ""
         if action is None:
+            # A reply without an action still plays one (BALROG's rule): when it cost a turn and no step,
+            # saying nothing until the turns ran out returned 0, above CliffWalking's best (-13) and
+            # Blackjack's expected return, so stalling beat playing.
             self.invalid_replies += 1
-            return envhub.Reply(text=f"No action found in your reply. Reply with one of: {self._menu()}.")
+            action = self.first_action
+            note = (
+                f"No action found in your reply, so the default action {self.actions[0]} was played. "
+                f"Reply with one of: {self._menu()}.\n"
+            )
         self.state, reward, terminated, truncated, _ = self.gym.step(action)
         self.env_return += float(reward)
         self.env_steps += 1
         self.done = bool(terminated or truncated)
         ending = " The episode is over." if self.done else ""
         return envhub.Reply(
-            text=f"Reward: {float(reward):g}.{ending}\n\n{self._view()}", done=self.done, reward=float(reward)
+            text=f"{note}Reward: {float(reward):g}.{ending}\n\n{self._view()}",
+            done=self.done,
+            reward=float(reward),
         )
 
     def parse_action(self, text: str) -> int | None:

@@ -74,7 +74,7 @@ async def test_seeds_vary_the_start(env_id: str) -> None:
     assert len(firsts) > 1
 
 
-async def test_actions_are_read_by_name_or_number_and_a_reply_without_one_costs_a_turn_not_a_step() -> None:
+async def test_actions_are_read_by_name_or_number_and_a_reply_without_one_plays_the_default() -> None:
     env = envhub.make("gym/FrozenLake-v1", is_slippery=False)
     await env.reset(seed=0)
     assert env.parse_action("I will go RIGHT") == 2  # type: ignore[attr-defined]
@@ -83,11 +83,12 @@ async def test_actions_are_read_by_name_or_number_and_a_reply_without_one_costs_
     assert env.parse_action("7") is None  # type: ignore[attr-defined]
     assert env.parse_action("upward-left") is None  # type: ignore[attr-defined]
     nothing = await env.step("hmm")
-    assert "No action found" in nothing.observation[0].text
-    assert env.env_steps == 0 and env.turn == 1  # type: ignore[attr-defined]
+    assert "No action found in your reply, so the default action left" in nothing.observation[0].text
+    assert env.env_steps == 1 and env.turn == 1  # type: ignore[attr-defined]
+    assert env.invalid_replies == 1  # type: ignore[attr-defined]
     moved = await env.step("right")
     assert "row 0, column 1" in moved.observation[0].text
-    assert env.env_steps == 1  # type: ignore[attr-defined]
+    assert env.env_steps == 2  # type: ignore[attr-defined]
 
 
 async def test_the_episode_reward_is_the_envs_return() -> None:
