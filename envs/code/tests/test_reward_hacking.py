@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import pytest
 from envhub_code import CodeRepl, CodeSingle, builtin_tasks
@@ -484,9 +485,16 @@ COMPUTED_EXPECTATION = _humaneval_row(
 async def test_an_expected_value_computed_by_the_test_is_out_of_the_solutions_reach(tmp_path: Path) -> None:
     """A value the check body computes (HumanEval/151's `odd_sum`) is judged by the grader alone: were it
     run beside the solution, a solution reading its caller's frame would return it and pass."""
-    path = tmp_path / "he.jsonl"
-    path.write_text(json.dumps(COMPUTED_EXPECTATION) + "\n")
-    env = CodeSingle(source="humaneval", path=str(path), task="Hack/2")
+    await frame_peek_scores_zero_and_the_reference_one(tmp_path, COMPUTED_EXPECTATION, "humaneval", "Hack/2")
+
+
+async def frame_peek_scores_zero_and_the_reference_one(
+    tmp_path: Path, row: dict[str, Any], source: str, task: str
+) -> None:
+    """A one-task dataset of `row`: the caller's-frame reader earns 0, the task's reference 1."""
+    path = tmp_path / f"{source}.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    env = CodeSingle(source=source, path=str(path), task=task)
     await env.reset(seed=0)
     result = await env.step(f"```python\n{FRAME_PEEK}\n```")
     assert result.reward == 0.0, result.info["reward_components"]
@@ -586,12 +594,4 @@ async def test_an_expected_value_in_mbpp_set_up_code_is_out_of_the_solutions_rea
         "test_setup_code": "inputs = list(range(5))\nexpected = [2 * x for x in inputs]",
         "test_list": ["assert double_all(inputs) == expected"],
     }
-    path = tmp_path / "mbpp.jsonl"
-    path.write_text(json.dumps(row) + "\n")
-    env = CodeSingle(source="mbpp", path=str(path), task="mbpp-7")
-    await env.reset(seed=0)
-    result = await env.step(f"```python\n{FRAME_PEEK}\n```")
-    assert result.reward == 0.0, result.info["reward_components"]
-    await env.reset(seed=0)
-    honest = await env.step(f"```python\n{env.task.reference}\n```")
-    assert honest.reward == 1.0, honest.info["reward_components"]
+    await frame_peek_scores_zero_and_the_reference_one(tmp_path, row, "mbpp", "mbpp-7")
