@@ -16,6 +16,8 @@ GAME_ID = -1
 DEFAULT_MAX_TURNS = 200
 """envhub's turn cap; the games end themselves well before it, except when an agent stalls."""
 MAX_OPPONENT_MOVES = 10_000
+INVALID_MOVE_LOSS = -1.0
+"""textarena's reward for a seat that loses on invalid moves (`set_invalid_move`, one or two players)."""
 
 
 class GameUnavailable(RuntimeError):
@@ -62,7 +64,7 @@ class TextArenaGame(envhub.MultiTurnEnv):
     def respond(self, text: str) -> str | envhub.Reply:
         with self.random.active():
             done, _ = self.ta_env.step(text)
-            answer = self.advance(done)
+            answer = self.forfeit() if not done and self.stuck() else self.advance(done)
         if self.rewards is not None:
             return envhub.Reply(text=answer, done=True)
         return answer
@@ -82,6 +84,23 @@ class TextArenaGame(envhub.MultiTurnEnv):
             return self.finish()
         _, observation = self.base.get_observation()
         return self.render(observation)
+
+    def stuck(self) -> bool:
+        """Whether every seat is eliminated and the game not over: textarena's next step would look
+        for a player left to move for ever (market-entry-game, after two invalid moves of its one seat),
+        so an agent could hang the step, and escape its score, by playing invalid moves."""
+        eliminated = set(getattr(self.ta_env.state, "elimination_order", ()) or ())
+        return eliminated >= set(range(self.game.players))
+
+    def forfeit(self) -> str:
+        """End a game textarena cannot go on with: the agent, eliminated for its invalid moves, gets
+        textarena's reward for losing on invalid moves."""
+        pending = self.ta_env.state.observations.get(AGENT, [])
+        self.rewards = {AGENT: INVALID_MOVE_LOSS}
+        self.ending = "every seat was eliminated for invalid moves, so the game cannot go on"
+        return (
+            self.render(pending) + f"\n[GAME] Game over: {self.ending}. Your reward: {INVALID_MOVE_LOSS:g}."
+        )
 
     def finish(self) -> str:
         pending = self.ta_env.state.observations.get(AGENT, [])

@@ -1,0 +1,20 @@
+"""Invalid moves played through the env's real `step`: they must lose as textarena's rules say, never hang
+the step (an env error the runner retries or drops, instead of the loss)."""
+
+from __future__ import annotations
+
+import envhub
+
+
+async def test_a_game_whose_every_seat_is_eliminated_ends_as_an_invalid_move_loss() -> None:
+    """market-entry-game's one seat is eliminated after two invalid decisions and the game goes on to
+    round 2; the next step looped for ever in textarena, looking for a seat left to move."""
+    async with envhub.make("textarena/market-entry-game-v0") as env:
+        await env.reset(seed=0)
+        for _ in range(20):
+            result = await env.step("xyzzy")
+            if result.terminated or result.truncated:
+                break
+        assert result.terminated and result.reward == -1.0
+        assert result.info["turn"] == 6  # the two invalid decisions of round 1, after 3 silent messages
+        assert "cannot go on" in result.observation[-1].text
