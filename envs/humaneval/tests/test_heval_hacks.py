@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from envhub_humaneval.env import HumanEval
 from envhub_humaneval.problems import problem_rows
 
 import envhub
@@ -63,6 +64,7 @@ async def test_a_constant_passes_no_assertion_that_compares_the_solution_with_it
     """HumanEval/33 asserts `candidate(x) == sort_third(x)`, both sides the solution: any constant
     holds it. Such assertions test nothing and are dropped, so a constant earns no partial credit."""
     env = envhub.make("humaneval-v0", task=33, partial_credit=True)
+    assert isinstance(env, HumanEval)
     await env.reset(seed=0)
     result = await env.step("```python\ndef sort_third(l):\n    return []\n```")
     assert result.reward == 0.0, result.info["reward_components"]

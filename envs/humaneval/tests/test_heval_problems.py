@@ -69,8 +69,10 @@ def test_a_rewritten_test_keeps_its_loop_count_and_names_no_random_source(task_i
 async def test_rewritten_tests_pass_the_canonical_solution_and_fail_a_wrong_one(task_id: str) -> None:
     task = next(t for t in humaneval_tasks() if t.id == task_id)
     prompt = next(r["prompt"] for r in problem_rows() if r["task_id"] == task_id)
-    preludes = {"prelude": task.prelude, "check_prelude": task.check_prelude}
-    right = await grade_python(task.reference, list(task.hidden_tests), **preludes)
-    wrong = await grade_python(prompt + WRONG[task_id], list(task.hidden_tests), **preludes)
+    tests = list(task.hidden_tests)
+    right = await grade_python(task.reference, tests, prelude=task.prelude, check_prelude=task.check_prelude)
+    wrong = await grade_python(
+        prompt + WRONG[task_id], tests, prelude=task.prelude, check_prelude=task.check_prelude
+    )
     assert right.valid and right.all_passed
     assert wrong.valid and not wrong.all_passed
