@@ -22,7 +22,10 @@ import torch.distributed as dist
 
 
 def active() -> bool:
-    return dist.is_available() and dist.is_initialized()
+    """Whether this process trains as one rank of several. A process group of one is not: vLLM in this
+    process makes one for itself (gloo, world size 1), and taking it for data parallel turned off the
+    one-process paths (in-place gradient accumulation) and sent every figure through an all-reduce."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 def world_size() -> int:

@@ -87,3 +87,17 @@ def test_fsdp2_over_two_processes_matches_one_process(tiny_model: Path, tmp_path
         torch.testing.assert_close(sharded["state"][name], tensor, rtol=1e-5, atol=1e-6, msg=name)
         moved += int(not torch.equal(tensor, before[name]))
     assert moved > 0  # the step changed weights, and both runs changed them alike
+
+
+def test_a_process_group_of_one_is_not_data_parallel(tmp_path: Path) -> None:
+    """vLLM in the trainer's process makes a gloo group of one for itself: the trainer must still take
+    its one-process paths (in-place gradient accumulation, no all-reduce of every figure)."""
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        assert dist.is_initialized()
+        assert not distributed.active()
+        assert (distributed.world_size(), distributed.rank()) == (1, 0)
+        assert distributed.global_sum([1.5, 2.0]) == [1.5, 2.0]
+    finally:
+        dist.destroy_process_group()
