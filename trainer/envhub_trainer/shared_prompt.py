@@ -71,17 +71,18 @@ def shared_prompt_logprobs(
     """Logprobs (with gradient) of every sampled token of the samples in `rows`, each row a prompt shared
     by its samples (see `shared_rows`); the same values as `forward.micro_batch_logprobs`, in row order."""
     width = max(row_width(samples, row) for row in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    positions = torch.zeros((len(rows), width), dtype=torch.long)
+    shape = (len(rows), width)
+    ids = torch.full(shape, pad_id, dtype=torch.long)
+    positions = torch.zeros(shape, dtype=torch.long)
     allowed = torch.zeros((len(rows), width, width), dtype=torch.bool)
     causal = torch.ones((width, width), dtype=torch.bool).tril()
-    # One entry per trained token: its row, the column whose logits predict it, and the token itself.
-    at_row: list[int] = []
-    at_column: list[int] = []
-    targets: list[int] = []
-    behaviour: list[float] = []
-    advantage: list[float] = []
-    sequence: list[int] = []
+    # By each continuation token's column: whether it is trained, the column whose logits predict it,
+    # and what the loss needs of it.
+    trained = torch.zeros(shape, dtype=torch.bool)
+    predictor = torch.zeros(shape, dtype=torch.long)
+    behaviour = torch.zeros(shape)
+    advantage = torch.zeros(shape)
+    sequence = torch.full(shape, -1, dtype=torch.long)
     for r, row in enumerate(rows):
         prompt = prompt_length(samples[row[0]])
         ids[r, :prompt] = torch.tensor(samples[row[0]].token_ids[:prompt])
@@ -96,21 +97,20 @@ def shared_prompt_logprobs(
             positions[r, start:end] = torch.arange(prompt, prompt + n)
             allowed[r, start:end, :prompt] = True  # the shared prompt
             allowed[r, start:end, start:end] = causal[:n, :n]  # its own tokens, causally
-            for t in range(prompt, len(sample.token_ids)):
-                if sample.loss_mask[t]:
-                    at_row.append(r)
-                    # token t is predicted at t - 1: the prompt's last column for the first one
-                    at_column.append(prompt - 1 if t == prompt else start + t - 1 - prompt)
-                    targets.append(sample.token_ids[t])
-                    behaviour.append(sample.logprobs[t])
-                    advantage.append(sample.advantage)
-                    sequence.append(i)
+            trained[r, start:end] = torch.tensor(sample.loss_mask[prompt:], dtype=torch.bool)
+            # a token is predicted at the column before it: the prompt's last for the first one
+            predictor[r, start:end] = torch.arange(start - 1, end - 1)
+            predictor[r, start] = prompt - 1
+            behaviour[r, start:end] = torch.tensor(sample.logprobs[prompt:])
+            advantage[r, start:end] = sample.advantage
+            sequence[r, start:end] = i
             start = end
         allowed[r, start:, start:] = torch.eye(width - start, dtype=torch.bool)  # padding sees itself
         positions[r, start:] = torch.arange(width - start)
     device = next(model.parameters()).device
     mask = attention_mask(model, allowed)
-    columns = torch.tensor(at_column, dtype=torch.long)
+    at_row = trained.nonzero()[:, 0]
+    columns = predictor[trained]
     keep = torch.unique(columns)  # sorted: the LM head runs only where a trained token is predicted
     logits = model(
         input_ids=ids.to(device),
@@ -120,13 +120,13 @@ def shared_prompt_logprobs(
         logits_to_keep=keep.to(device),
     ).logits
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32, fp64 stays
-    picked = logits[torch.tensor(at_row, device=device), torch.searchsorted(keep, columns).to(device)]
-    wanted = torch.tensor(targets, device=device)[:, None]
+    picked = logits[at_row.to(device), torch.searchsorted(keep, columns).to(device)]
+    wanted = ids[trained].to(device)[:, None]
     logprobs = torch.log_softmax(picked, dim=-1).gather(-1, wanted)[:, 0]
     return logprobs, Tokens(
-        behaviour_logprobs=torch.tensor(behaviour, dtype=torch.float32, device=device),
-        advantages=torch.tensor(advantage, dtype=torch.float32, device=device),
-        sequence_ids=torch.tensor(sequence, dtype=torch.long, device=device),
+        behaviour_logprobs=behaviour[trained].to(device),
+        advantages=advantage[trained].to(device),
+        sequence_ids=sequence[trained].to(device),
     )
 
 
