@@ -233,22 +233,24 @@ def micro_batches(samples: list[TrainSample], config: TrainConfig) -> list[list[
     Rows are ordered by length first, so each micro-batch holds rows of about one length and pads them
     little: every row is padded to its micro-batch's longest. The loss is a sum over the step's tokens,
     which the order of its terms leaves unchanged (up to float rounding)."""
-    lengths = [len(s.token_ids) for s in samples]
     size = config.micro_batch_size
     if config.pack_tokens is not None:
-        rows = pack(lengths, config.pack_tokens)
-        rows.sort(key=lambda row: sum(lengths[i] for i in row))  # stable: ties keep their order
-        return [rows[i : i + size] for i in range(0, len(rows), size)]
-    if sharing_prompts(config):
+        rows = pack([len(s.token_ids) for s in samples], config.pack_tokens)
+    elif sharing_prompts(config):
         rows = shared_rows(samples, list(range(len(samples))), size)
-        rows.sort(key=lambda row: row_width(samples, row))
     else:
-        rows = sorted(([i] for i in range(len(samples))), key=lambda row: lengths[row[0]])
+        rows = [[i] for i in range(len(samples))]
+    rows.sort(key=lambda row: row_tokens(samples, row, config))  # stable: ties keep their order
+    if config.pack_tokens is not None:
+        return [rows[i : i + size] for i in range(0, len(rows), size)]
     batches: list[list[list[int]]] = []
+    held = size  # samples in the last micro-batch; full, so the first row starts one
     for row in rows:
-        if not batches or sum(map(len, batches[-1])) + len(row) > size:
+        if held + len(row) > size:
             batches.append([])
+            held = 0
         batches[-1].append(row)
+        held += len(row)
     return batches
 
 

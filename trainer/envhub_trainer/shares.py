@@ -45,9 +45,9 @@ def split(samples: list[TrainSample], ranks: int, *, share_prompts: bool) -> lis
     everything = list(range(len(samples)))
     if share_prompts:
         units = shared_rows(samples, everything, per_row=max(len(samples), 1))
-        tokens = [row_width(samples, unit) for unit in units]
     else:
-        units, tokens = [[i] for i in everything], [len(s.token_ids) for s in samples]
+        units = [[i] for i in everything]
+    tokens = [row_width(samples, unit) for unit in units]  # a sample alone: its length
     return [sorted(i for u in part for i in units[u]) for part in distributed.balance(tokens, ranks)]
 
 
