@@ -153,6 +153,16 @@ def _arguments_text(arguments: object) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
+def refuse_images(messages: list[Message], *, sender: str, reader: str) -> None:
+    """Raise where a text-only reader would drop an image: a model asked about a picture it never saw
+    is graded on a question it could not answer. `reader` says why the image would be lost."""
+    if any(m.images for m in messages):
+        raise ValueError(
+            f"{sender} has an image; {reader}, so the model would never see it: roll this env out with "
+            "envhub and a policy that takes images (the openai policy against a vision-language server)"
+        )
+
+
 def system(text: str) -> Message:
     return Message(role="system", content=text)
 

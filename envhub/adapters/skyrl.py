@@ -26,7 +26,7 @@ from skyrl_gym.envs.base_text_env import (  # type: ignore[import-untyped]
 )
 
 from envhub.adapters.background import make_env, run
-from envhub.messages import Message
+from envhub.messages import Message, refuse_images
 from envhub.text_format import tool_prompt
 
 ENTRY_POINT = f"{__name__}:EnvhubTextEnv"
@@ -95,10 +95,7 @@ class EnvhubTextEnv(BaseTextEnv):  # type: ignore[misc]
     def _chat(self, messages: list[Message]) -> list[dict[str, Any]]:
         """SkyRL-Gym's messages carry text: an image would be dropped, and the model asked about a
         picture it never saw, so an observation with one is refused instead."""
-        if any(m.images for m in messages):
-            raise ValueError(
-                f"{self.env_id} sent an image; SkyRL-Gym text envs carry text only, so the model would "
-                "never see it: roll this env out with envhub and a policy that takes images (the openai "
-                "policy against a vision-language server)"
-            )
+        refuse_images(
+            messages, sender=f"{self.env_id}'s observation", reader="SkyRL-Gym text envs carry text only"
+        )
         return [{"role": m.role, "content": m.text} for m in messages]

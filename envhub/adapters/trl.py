@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Union
 
 from envhub.adapters.background import make_env, run
 from envhub.core import Env, Observation
-from envhub.messages import Message, ToolCall
+from envhub.messages import Message, ToolCall, refuse_images
 from envhub.registration import make
 from envhub.tools import ToolSpec
 
@@ -79,12 +79,9 @@ class TRLEnvironment:
         them (as `dataset()` writes it), so no instruction of the env is lost with a bare prompt.
         """
         observation, info = run(self._env.reset(seed=seed))
-        if any(m.images for m in observation):
-            raise ValueError(
-                f"{self.env_id}'s prompt has images; the TRL adapter passes text only, so the model would "
-                "never see them: roll this env out with envhub and a policy that takes images (the openai "
-                "policy against a vision-language server)"
-            )
+        refuse_images(
+            observation, sender=f"{self.env_id}'s prompt", reader="the TRL adapter passes text only"
+        )
         self.seed = info.get("seed", seed)
         self._running, self._calls = True, 0
         lead = _leading_system(observation)

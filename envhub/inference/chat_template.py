@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from envhub.messages import Message
+from envhub.messages import Message, refuse_images
 from envhub.text_format import render
 from envhub.tools import ToolSpec
 
@@ -46,12 +46,9 @@ def prompt_ids(
 
     The rendering is text only (`template_message`): a model asked about an image it was never shown
     learns nothing true, so a conversation with an image is refused rather than rendered without it."""
-    if any(m.images for m in messages):
-        raise ValueError(
-            "the conversation has an image, and this local model's prompt is rendered as text only, so "
-            "the model would never see it: roll this env out with a policy that takes images (the "
-            "openai policy against a vision-language server)"
-        )
+    refuse_images(
+        messages, sender="the conversation", reader="this local model's prompt is rendered as text only"
+    )
     ids = tokenizer.apply_chat_template(
         [template_message(m) for m in messages],
         tools=[t.to_openai() for t in tools] or None,
