@@ -143,6 +143,8 @@ class GradeReport(BaseModel):
     """The submission as graded: the patch taken from the agent's files, before filtering."""
     dropped_files: list[str] = []
     """Files of the submission left out of grading: tests, test configuration, shadowing modules."""
+    guard_events: list[str] = []
+    """What the test-process guard recorded the submission's code doing (any event voids the log)."""
     parser: str = ""
     runtime: str = ""
     duration_s: float = 0.0

@@ -31,8 +31,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
-import envhub.sandbox
-from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
 from envhub_swe.canaries import Canaries, candidates, command_with, plan
 from envhub_swe.data import MINI_DATA, Instance
 from envhub_swe.evaluation import END, START, EvalSteps, GradeReport, adapt_eval_script, grade_log
@@ -43,8 +41,13 @@ from envhub_swe.patches import (
     Guard,
     MalformedPatch,
     filter_patch,
+    parse_patch,
     runner_paths,
 )
+from envhub_swe.tamper_guard import GUARD_DIR, SANDBOX_DIR, GuardRun, guard_source
+
+import envhub.sandbox
+from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
 
 RuntimeKind = Literal["local", "docker"]
 TESTBED = "/testbed"
@@ -97,10 +100,12 @@ class Runtime:
         if self.official_image and self.kind != "docker":
             raise ValueError("official_image is a docker runtime's image layout; use kind='docker'")
 
-    def policy(self) -> IsolationPolicy:
+    def policy(self, *, guard: bool = False) -> IsolationPolicy:
         binds = dict(self.extra_binds)
         if self.kind == "local" and self.python_env is not None:
             binds[str(self.python_env)] = str(self.python_env)
+        if self.kind == "local" and guard:  # read-only: the graded code cannot rewrite what loads first
+            binds[str(GUARD_DIR)] = SANDBOX_DIR
         return IsolationPolicy(
             memory_mb=self.memory_mb,
             disk_mb=self.disk_mb,
@@ -148,13 +153,26 @@ class Runtime:
         path = f"{prefix}/bin:{CONDA}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         return {"PATH": path, "CONDA_PREFIX": prefix, "CONDA_DEFAULT_ENV": "testbed"}
 
-    async def open(self) -> Sandbox:
-        """A fresh sandbox for this runtime; SandboxUnavailable says what is missing."""
+    async def open(self, *, guard: bool = False) -> Sandbox:
+        """A fresh sandbox for this runtime; SandboxUnavailable says what is missing. With `guard`, the
+        test-process guard is in place at `tamper_guard.SANDBOX_DIR`, read-only."""
         if self.kind == "local":
-            return await envhub.sandbox.open("local", policy=self.policy())
+            return await envhub.sandbox.open("local", policy=self.policy(guard=guard))
         if self.kind == "docker":
-            return await envhub.sandbox.open("docker", policy=self.policy(), image=self.image or MINI_IMAGE)
+            image = self.image or MINI_IMAGE
+            sandbox = await envhub.sandbox.open("docker", policy=self.policy(), image=image)
+            if guard:
+                await _install_guard(sandbox)
+            return sandbox
         raise ValueError(f"unknown runtime {self.kind!r}; choose local or docker")
+
+
+async def _install_guard(sandbox: Sandbox) -> None:
+    """The guard in a container: written before any graded code runs, then made read-only."""
+    await sandbox.write_file(f"{SANDBOX_DIR}/sitecustomize.py", guard_source())
+    done = await sandbox.exec(["chmod", "-R", "a-w", SANDBOX_DIR], timeout=30)
+    if not done.ok:
+        raise envhub.InfrastructureError(f"the test-process guard could not be locked: {done.stderr[-300:]}")
 
 
 def docker_image_present(image: str) -> bool:
@@ -567,6 +585,23 @@ async def _add_canaries(
     return chosen, ""
 
 
+async def _read_report(sandbox: Sandbox, path: str) -> bytes | None:
+    try:
+        return await sandbox.read_file(path)
+    except (FileNotFoundError, PermissionError):
+        return None
+
+
+def test_files(instance: Instance, test_command: str, canaries: Canaries | None) -> tuple[str, ...]:
+    """The files whose reading or rewriting by the submission's code the guard records: the test patch's,
+    the files the listed tests and the test command name, and the canaries'."""
+    paths = {p for section in parse_patch(instance.test_patch) for p in section.paths}
+    paths |= {p for p in candidates(test_command) if p.endswith(".py")}
+    if canaries is not None:
+        paths.add(canaries.file)
+    return tuple(sorted(paths))
+
+
 async def grade(
     instance: Instance,
     patch: str,
@@ -586,7 +621,8 @@ async def grade(
     canaries: Canaries | None = None
     note, output, exit_code = "", "", None
     log = ""
-    async with await runtime.open() as sandbox:
+    guard_events: list[str] = []
+    async with await runtime.open(guard=True) as sandbox:
         await _pristine_repo(sandbox, instance, workspace)
         guard = await _guard(sandbox, runtime, steps.test_command)
         filtered, problem = await _checked_patch(sandbox, guard, patch)
@@ -600,7 +636,14 @@ async def grade(
             log = setup.stdout
             canaries, note = await _add_canaries(sandbox, instance, steps, parser)
             command = steps.test_command if canaries is None else command_with(steps.test_command, canaries)
-            test = await sandbox.exec(["/bin/bash", "-c", "exec 2>&1; " + steps.test_script(command)])
+            watch = GuardRun(
+                submission=filtered.kept_paths if filtered is not None else (),
+                tests=test_files(instance, steps.test_command, canaries),
+                root=TESTBED,
+            )
+            await sandbox.write_file(watch.config_path, watch.config())
+            script = steps.test_script("\n".join([*watch.shell_lines(), command]))
+            test = await sandbox.exec(["/bin/bash", "-c", "exec 2>&1; " + script])
             output = test.stdout
             log += f"+ : '{START}'\n{output}\n+ : '{END}'\n"
             if test.timed_out:
@@ -609,6 +652,7 @@ async def grade(
                 problem = "the evaluation ran out of memory"
             else:
                 exit_code = test.exit_code
+                problem, guard_events = watch.verdict(await _read_report(sandbox, watch.report_path))
     if on_log is not None:
         on_log(log)
     return grade_log(
@@ -620,6 +664,7 @@ async def grade(
         canary=note,
         dropped_files=dropped,
         patch=patch,
+        guard_events=guard_events,
         runtime=runtime.kind,
         duration_s=round(time.monotonic() - started, 3),
         log=log[-20_000:],

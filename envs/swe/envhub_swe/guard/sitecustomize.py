@@ -1,0 +1,329 @@
+"""envhub's test-process guard: loaded as `sitecustomize` into every graded test process, before any
+repository code runs, from a read-only folder the graded code cannot write.
+
+Why: code imported by the tests runs inside the test runner and can rewrite how results are reported.
+The guard judges by what such code does, never by what it looks like:
+
+- a PEP 578 audit hook (it cannot be removed) records the events a tamperer needs, whenever the
+  code responsible is a file the submission changed or added: frame introspection, tracing and
+  profiling hooks, `gc` referrer walks, `ctypes`, code and function objects built or swapped, reads
+  of the test files and of /proc, import hooks installed by the submission;
+- snapshots of the runner's reporting entry points (pytest, pluggy, unittest, django's and sympy's
+  runners, builtins) and of the tests' own functions are compared at exit, so a replaced reporter or a
+  swapped test function is seen whoever replaced it.
+
+Every line goes to a report file opened at start-up, signed with a key read from a file the guard
+deletes at once; the grader trusts the log only when the report holds a signed start, no event and a
+signed end whose count matches. Code that hides events (closing, truncating or redirecting the report,
+exiting before the end) breaks that chain and voids the grade by itself.
+
+This file runs in the test environment's own interpreter (Python 3.6 and newer), so it uses nothing
+newer than 3.6 and only the standard library. It never raises: a broken guard must not break a run.
+"""
+
+import contextlib
+import os
+import sys
+
+
+def _install():
+    import atexit
+    import hashlib
+    import hmac
+    import json
+    import threading
+
+    config_path = os.environ.pop("ENVHUB_GUARD", None)
+    if not config_path:
+        return
+    try:
+        with open(config_path) as handle:
+            config = json.load(handle)
+        os.unlink(config_path)
+    except (OSError, ValueError):
+        return
+    key = bytes.fromhex(config["key"])
+    root = config["root"]
+    submission = frozenset(os.path.join(root, path) for path in config["submission"])
+    tests = frozenset(os.path.join(root, path) for path in config["tests"])
+    runner_in_repo = bool(config.get("runner_in_repo"))
+    try:
+        fd = os.open(config["report"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError:
+        return
+    report_stat = os.fstat(fd)
+    pid = os.getpid()
+    state = {"seq": {}, "events": 0, "busy": set(), "seen": set(), "snapshots": {}, "tests": {}}
+    stdlib = tuple(
+        p for p in {os.path.dirname(os.__file__), os.path.dirname(threading.__file__)} if p
+    )  # the standard library's folder (site-packages below it are not stdlib)
+    site_dirs = tuple(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+
+    def write(kind, text):
+        me = os.getpid()
+        seq = state["seq"].get(me, 0)
+        state["seq"][me] = seq + 1
+        body = json.dumps({"pid": me, "seq": seq, "kind": kind, "text": text[:2000]}, sort_keys=True)
+        mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+        try:
+            same = os.fstat(fd)
+            if (same.st_dev, same.st_ino) != (report_stat.st_dev, report_stat.st_ino):
+                state["events"] += 1  # the report was swapped: the end line will say so
+                return
+            os.write(fd, (mac + " " + body + "\n").encode())
+        except OSError:
+            state["events"] += 1
+
+    def is_stdlib(filename):
+        return filename.startswith(stdlib) and not filename.startswith(site_dirs)
+
+    def absolute(filename):
+        return filename if os.path.isabs(filename) else os.path.join(root, filename)
+
+    def frames(start):
+        frame = start
+        while frame is not None:
+            yield frame
+            frame = frame.f_back
+
+    def owner(start):
+        """The nearest frame on the stack that is not the standard library's: who asked for this."""
+        for frame in frames(start):
+            name = frame.f_code.co_filename
+            if not is_stdlib(name) and not name.startswith("<frozen"):
+                return frame
+        return None
+
+    def submitted(frame):
+        return frame is not None and absolute(frame.f_code.co_filename) in submission
+
+    def any_submitted(start):
+        for frame in frames(start):
+            if absolute(frame.f_code.co_filename) in submission:
+                return frame
+        return None
+
+    def record(event, detail, frame):
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
+        state["events"] += 1
+        write("event", f"{event} {detail} (from {where})")
+
+    # Standard-library callers that look at a frame only to name a module (namedtuple, enum, typing)
+    # or a log record's origin: they hand no frame back to their caller.
+    metadata_callers = {"namedtuple", "_caller", "findCaller", "currentframe", "_make_nmtuple"}
+    metadata_files = ("collections", "enum.py", "typing.py", "logging")
+
+    def metadata_only(caller):
+        name = caller.f_code.co_filename
+        return (
+            is_stdlib(name)
+            and (
+                caller.f_code.co_name in metadata_callers
+                or (name.endswith("enum.py") and "frame" not in caller.f_code.co_name)
+            )
+            and any(part in name for part in metadata_files)
+        )
+
+    runner_prefixes = (
+        "_pytest", "pytest", "pluggy", "unittest", "django.test",
+        "sympy.testing.runtests", "sympy.utilities.runtests",
+    )  # fmt: skip
+
+    def is_runner(name):
+        return name in ("builtins",) or any(
+            name == prefix or name.startswith(prefix + ".") for prefix in runner_prefixes
+        )
+
+    def callables_of(module):
+        found = {}
+        for attr, value in list(vars(module).items()):
+            if callable(value) or isinstance(value, (property, staticmethod, classmethod)):
+                found[attr] = id(value)
+                if isinstance(value, type) and getattr(value, "__module__", None) == module.__name__:
+                    for name, member in list(vars(value).items()):
+                        found[f"{attr}.{name}"] = id(member)
+        return found
+
+    def initialized(module):
+        spec = getattr(module, "__spec__", None)
+        return spec is None or not getattr(spec, "_initializing", False)
+
+    def test_module(module):
+        name = getattr(module, "__file__", None)
+        return isinstance(name, str) and absolute(name) in tests
+
+    def take_snapshots():
+        for name, module in list(sys.modules.items()):
+            if name in state["snapshots"] or module is None or not initialized(module):
+                continue
+            if is_runner(name) or test_module(module):
+                try:
+                    state["snapshots"][name] = (module, callables_of(module))
+                except Exception:  # a module whose attributes cannot be listed is not watched
+                    state["snapshots"][name] = (module, {})
+
+    def import_hooks(caller):
+        for hook in list(sys.meta_path) + list(sys.path_hooks):
+            if id(hook) in state["seen"]:
+                continue
+            state["seen"].add(id(hook))
+            code = getattr(hook, "__code__", None)
+            module = sys.modules.get(getattr(type(hook), "__module__", "") or "")
+            files = [getattr(code, "co_filename", ""), getattr(module, "__file__", "") or ""]
+            if any(absolute(f) in submission for f in files if f):
+                record("import-hook", f"an import hook defined by the submission: {hook!r}", caller)
+        builtin_import = sys.modules["builtins"].__import__
+        if id(builtin_import) not in state["seen"]:
+            state["seen"].add(id(builtin_import))
+            code = getattr(builtin_import, "__code__", None)
+            if code is not None and absolute(code.co_filename) in submission:
+                record("import-hook", "builtins.__import__ replaced by the submission", caller)
+
+    introspection = {
+        "sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "gc.get_referrers",
+        "gc.get_referents", "gc.get_objects", "sys.addaudithook", "code.__new__", "function.__new__",
+        "sys.monitoring.register_callback", "sys._getframemodulename",
+    }  # fmt: skip
+    frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"}
+
+    def hook(event, args):
+        me = threading.get_ident()
+        if me in state["busy"]:
+            return
+        state["busy"].add(me)
+        try:
+            audit(event, args)
+        except Exception:
+            pass
+        finally:
+            state["busy"].discard(me)
+
+    def audit(event, args):
+        if event == "import":
+            caller = sys._getframe(2)
+            take_snapshots()
+            import_hooks(caller)
+            return
+        if runner_in_repo and event not in ("ctypes.dlopen", "gc.get_referrers", "gc.get_objects"):
+            return  # the repository is the runner: its own code does all of the below legitimately
+        caller = sys._getframe(2)  # the frame that raised the event
+        if event in introspection:
+            if event == "sys._getframe" and metadata_only(caller):
+                return
+            responsible = owner(caller)
+            if submitted(responsible):
+                record(event, "", responsible)
+        elif event.startswith("ctypes."):
+            responsible = owner(caller)
+            if submitted(responsible):
+                record(event, "", responsible)
+        elif event == "object.__getattr__" and len(args) == 2 and args[1] in frame_attrs:
+            responsible = owner(caller)
+            got = getattr(args[0], args[1], None)
+            if submitted(responsible) and got is responsible:
+                record(event, f"its own frame through {args[1]}, to climb to its callers", responsible)
+        elif event == "object.__setattr__" and len(args) >= 2 and args[1] == "__code__":
+            responsible = owner(caller)
+            if submitted(responsible):
+                record(event, "a function's code replaced", responsible)
+        elif event == "open" and args and isinstance(args[0], (str, bytes)):
+            path = args[0] if isinstance(args[0], str) else args[0].decode(errors="replace")
+            path = os.path.abspath(absolute(path))
+            if path in tests or path.startswith("/proc/"):
+                responsible = any_submitted(caller)
+                if responsible is not None:
+                    record(event, path, responsible)
+        elif event == "compile" and len(args) >= 2:
+            filename = args[1]
+            if isinstance(filename, str) and absolute(filename) in tests:
+                responsible = any_submitted(caller)
+                if responsible is not None:
+                    record(event, "code compiled as the test file " + filename, responsible)
+
+    def check_snapshots():
+        changed = []
+        for name, (module, before) in sorted(state["snapshots"].items()):
+            if sys.modules.get(name) is not module and name in sys.modules:
+                changed.append(f"{name} (the module was replaced in sys.modules)")
+                continue
+            try:
+                after = callables_of(module)
+            except Exception:
+                continue
+            for attr, ident in before.items():
+                if after.get(attr, ident) != ident and not plugin_patch(module, attr):
+                    changed.append(f"{name}.{attr}")
+        return changed
+
+    def code_of(value):
+        for attr in ("__func__", "fget", "func"):
+            value = getattr(value, attr, value)
+        return getattr(value, "__code__", None)
+
+    def plugin_patch(module, attr):
+        """A runner entry point replaced by an installed plugin (hypothesis bans `@given` fixtures this
+        way): allowed when the new code lives in an installed package that is not the runner itself."""
+        value = module
+        for part in attr.split("."):
+            value = vars(value).get(part) if hasattr(value, "__dict__") else None
+        code = code_of(value)
+        if code is None:
+            return False
+        name = absolute(code.co_filename)
+        if name in submission or name.startswith(root + os.sep) or not name.startswith(site_dirs):
+            return False
+        runners = tuple(
+            os.path.dirname(sys.modules[n].__file__) + os.sep
+            for n in ("_pytest", "pluggy", "unittest", "django", "sympy")
+            if isinstance(getattr(sys.modules.get(n), "__file__", None), str)
+        )
+        return not name.startswith(runners)
+
+    def check_hooks():
+        found = []
+        for name in ("_trace_hook", "_profile_hook"):
+            value = getattr(threading, name, None)
+            if value is not None:
+                found.append(f"threading.{name} is set")
+        if sys.gettrace() is not None or sys.getprofile() is not None:
+            found.append("a trace or profile function is set at exit")
+        return found
+
+    def end():
+        if os.getpid() != pid:
+            return
+        state["busy"].add(threading.get_ident())
+        take_snapshots()
+        problems = check_snapshots() + check_hooks()
+        for problem in problems:
+            state["events"] += 1
+            write("event", "changed at exit: " + problem)
+        write("end", json.dumps({"events": state["events"]}))
+
+    write("start", json.dumps({"python": sys.version.split()[0], "audit": hasattr(sys, "addaudithook")}))
+    atexit.register(end)
+    if hasattr(sys, "addaudithook"):
+        sys.addaudithook(hook)
+
+
+_install()
+del _install
+
+
+def _chain():
+    """Run the environment's own sitecustomize, if it has one, as Python would have without us."""
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+with contextlib.suppress(Exception):
+    _chain()
+del _chain
