@@ -18,6 +18,12 @@ DEFAULT_MAX_TURNS = 200
 MAX_OPPONENT_MOVES = 10_000
 INVALID_MOVE_LOSS = -1.0
 """textarena's reward for a seat that loses on invalid moves (`set_invalid_move`, one or two players)."""
+CUT_OFF = INVALID_MOVE_LOSS
+"""The reward of a game envhub's `max_turns` cut short: a loss. It was 0, above the -1 of losing, so an
+agent about to lose could stall to the limit and earn more (poker, santorini and settlers let garbage
+moves go on for 200 turns). No textarena game pays its seat less than -1, so stalling never beats
+playing on; single-player games, which pay 0 or more for a failed attempt, rank it below any attempt."""
+CUT_OFF_NOTE = f"envhub's turn limit cut the game short; scored {CUT_OFF:g}, as a loss"
 
 
 class GameUnavailable(RuntimeError):
@@ -29,7 +35,8 @@ class TextArenaGame(envhub.MultiTurnEnv):
 
     The reward is the game's own reward for the agent's seat, as textarena scores it: 1 win, 0 draw,
     -1 loss in the competitive games, the game's own score in the single-player ones. An episode cut
-    short by `max_turns` before the game ends scores 0 (`finished` records 0 then).
+    short by `max_turns` before the game ends scores a loss, -1 (`finished` records 0 then, and
+    `info["reward_notes"]` says why), so stalling never pays more than losing.
     """
 
     game: ClassVar[Game]
@@ -45,6 +52,7 @@ class TextArenaGame(envhub.MultiTurnEnv):
         self.base: Any = None
         self.rewards: dict[int, float] | None = None
         self.ending = ""
+        self.reward_notes: dict[str, str] = {}
 
     def setup(self, rng: random.Random) -> str:
         import textarena  # type: ignore[import-untyped]
@@ -53,6 +61,7 @@ class TextArenaGame(envhub.MultiTurnEnv):
         self.opponent: Opponent = OPPONENTS[self.opponent_name](random.Random(rng.randrange(2**63)))
         self.seen: dict[int, list[str]] = {}
         self.rewards, self.ending = None, ""
+        self.reward_notes = {}
         with self.random.active():
             self.ta_env = textarena.make(self.game.textarena_id)
             self.ta_env.reset(num_players=self.game.players, seed=self.random.seed)
@@ -124,8 +133,11 @@ class TextArenaGame(envhub.MultiTurnEnv):
 
     @envhub.reward
     def outcome(self) -> float:
-        """The game's own reward for the agent's seat (0 when the game did not finish)."""
-        return self.rewards.get(AGENT, 0.0) if self.rewards else 0.0
+        """The game's own reward for the agent's seat; a loss (`CUT_OFF`) when the game did not finish."""
+        if self.rewards is None:
+            self.reward_notes["outcome"] = CUT_OFF_NOTE
+            return CUT_OFF
+        return self.rewards.get(AGENT, 0.0)
 
     @envhub.reward(weight=0.0)
     def finished(self) -> float:

@@ -18,3 +18,15 @@ async def test_a_game_whose_every_seat_is_eliminated_ends_as_an_invalid_move_los
         assert result.terminated and result.reward == -1.0
         assert result.info["turn"] == 6  # the two invalid decisions of round 1, after 3 silent messages
         assert "cannot go on" in result.observation[-1].text
+
+
+async def test_a_game_cut_off_by_the_turn_limit_scores_a_loss() -> None:
+    """A game envhub's max_turns cut short scored 0, above the -1 of a loss: an agent about to lose could
+    stall (poker, santorini and settlers let garbage go on for 200 turns) and earn more than losing."""
+    async with envhub.make("textarena/tic-tac-toe-v0", max_turns=1) as env:
+        await env.reset(seed=0)
+        result = await env.step("[4]")
+        assert result.truncated and not result.terminated
+        assert result.reward == -1.0
+        assert result.info["reward_components"]["finished"] == 0.0
+        assert "turn limit" in result.info["reward_notes"]["outcome"]
