@@ -138,7 +138,7 @@ class GradeReport(BaseModel):
     test_exit_code: int | None = None
     """The test command's exit status, as the sandbox's supervisor observed it (None: it never ran)."""
     canary: str = ""
-    """`passed` (both canary tests behaved), `void` (see `problem`), or why no canaries ran."""
+    """`passed` (every canary test behaved), `void` (see `problem`), or why no canaries ran."""
     patch: str = ""
     """The submission as graded: the patch taken from the agent's files, before filtering."""
     dropped_files: list[str] = []
@@ -202,9 +202,7 @@ def grade_log(
         problem = _distrust(name, output, statuses, exit_code, canaries)
     void = problem is not None
     if canaries is not None:
-        statuses = {
-            t: s for t, s in statuses.items() if canaries.must_pass not in t and canaries.must_fail not in t
-        }
+        statuses = {t: s for t, s in statuses.items() if not canaries.owns(t)}
     f2p = _outcome(instance.FAIL_TO_PASS, statuses, void)
     p2p = _outcome(instance.PASS_TO_PASS, statuses, void)
     resolved = not void and not (f2p.failed or f2p.missing or p2p.failed or p2p.missing)

@@ -31,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
-from envhub_swe.canaries import Canaries, candidates, command_with, plan
+from envhub_swe.canaries import Canaries, candidates, command_with, plan, to_read
 from envhub_swe.data import MINI_DATA, Instance
 from envhub_swe.evaluation import END, START, EvalSteps, GradeReport, adapt_eval_script, grade_log
 from envhub_swe.parsers import parser_name
@@ -572,16 +572,22 @@ _EXISTING_FILES = 'cd "$1" && shift && for p; do [ -f "$p" ] && [ ! -L "$p" ] &&
 async def _add_canaries(
     sandbox: Sandbox, instance: Instance, steps: EvalSteps, parser: str
 ) -> tuple[Canaries | None, str]:
-    """Append the canary tests to a listed test file; returns them, or None and why they could not go in."""
+    """Write the canaries, copies of the instance's own tests, into the command's test files; returns
+    them, or None and why they could not go in."""
     paths = candidates(steps.test_command)
     found = await sandbox.exec(["/bin/sh", "-c", _EXISTING_FILES, "sh", TESTBED, *paths], timeout=60)
-    exists = {path: True for path in found.stdout.splitlines()}
-    chosen = plan(steps.test_command, [*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS], parser, exists)
+    listed = [*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS]
+    sources: dict[str, str] = {}
+    for path in to_read(steps.test_command, listed, found.stdout.splitlines()):
+        try:
+            sources[path] = (await sandbox.read_file(f"{TESTBED}/{path}")).decode()
+        except (OSError, UnicodeDecodeError):
+            continue
+    chosen = plan(steps.test_command, instance.FAIL_TO_PASS, instance.PASS_TO_PASS, parser, sources)
     if isinstance(chosen, str):
         return None, f"not inserted: {chosen}"
-    target = f"{TESTBED}/{chosen.file}"
-    text = await sandbox.read_file(target)
-    await sandbox.write_file(target, text + chosen.source().encode())
+    for path, text in chosen.sources:
+        await sandbox.write_file(f"{TESTBED}/{path}", text.encode())
     return chosen, ""
 
 
@@ -598,7 +604,7 @@ def test_files(instance: Instance, test_command: str, canaries: Canaries | None)
     paths = {p for section in parse_patch(instance.test_patch) for p in section.paths}
     paths |= {p for p in candidates(test_command) if p.endswith(".py")}
     if canaries is not None:
-        paths.add(canaries.file)
+        paths.update(canaries.files)
     return tuple(sorted(paths))
 
 

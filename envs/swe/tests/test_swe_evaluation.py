@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from envhub_swe.canaries import Canaries
+from envhub_swe.canaries import Canaries, Canary
 from envhub_swe.data import load_lite, load_mini
 from envhub_swe.evaluation import adapt_eval_script, cut_test_output, grade_log
 from envhub_swe.patches import Guard, filter_patch, runner_paths
@@ -71,11 +71,17 @@ def test_no_gold_patch_of_lite_touches_a_dropped_path() -> None:
 ROW = load_mini()[0]  # mini__textkit-1, pytest style
 F2P, P2P = ROW.FAIL_TO_PASS, ROW.PASS_TO_PASS
 CANARIES = Canaries(
-    file="tests/test_text.py",
-    class_name="TestAbc",
-    must_pass="test_aa_keeps",
-    must_fail="test_bb_breaks",
-    functions=False,
+    tests=tuple(
+        Canary(
+            file="tests/test_text.py",
+            name=name,
+            test_id=f"tests/test_text.py::TestAbc::{name}",
+            must_fail=must_fail,
+            original=P2P[0],
+            selector=f"tests/test_text.py::TestAbc::{name}",
+        )
+        for name, must_fail in (("test_aa_keeps", False), ("test_bb_breaks", True))
+    )
 )
 CANARY_LINES = "PASSED tests/test_text.py::TestAbc::test_aa_keeps\nFAILED tests/test_text.py::TestAbc::test_bb_breaks - AssertionError\n"
 ALL_PASS = (
@@ -127,7 +133,7 @@ def test_honest_logs_with_xpass_skips_and_xfail_of_other_tests_are_never_void(st
                 "PASSED tests/test_text.py::TestAbc::test_bb_breaks",
             ),
             0,
-            "must fail, was reported passed",
+            "made to fail, was reported passed",
         ),
         (ALL_PASS.replace(CANARY_LINES, ""), 0, "missing from the log"),
     ],
