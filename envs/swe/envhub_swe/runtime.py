@@ -44,7 +44,7 @@ from envhub_swe.patches import (
     parse_patch,
     runner_paths,
 )
-from envhub_swe.tamper_guard import GUARD_DIR, SANDBOX_DIR, GuardRun, guard_source
+from envhub_swe.tamper_guard import GUARD_DIR, SANDBOX_DIR, GuardRun
 
 import envhub.sandbox
 from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
@@ -104,7 +104,7 @@ class Runtime:
         binds = dict(self.extra_binds)
         if self.kind == "local" and self.python_env is not None:
             binds[str(self.python_env)] = str(self.python_env)
-        if self.kind == "local" and guard:  # read-only: the graded code cannot rewrite what loads first
+        if guard:  # read-only: the graded code cannot rewrite what loads first
             binds[str(GUARD_DIR)] = SANDBOX_DIR
         return IsolationPolicy(
             memory_mb=self.memory_mb,
@@ -160,19 +160,8 @@ class Runtime:
             return await envhub.sandbox.open("local", policy=self.policy(guard=guard))
         if self.kind == "docker":
             image = self.image or MINI_IMAGE
-            sandbox = await envhub.sandbox.open("docker", policy=self.policy(), image=image)
-            if guard:
-                await _install_guard(sandbox)
-            return sandbox
+            return await envhub.sandbox.open("docker", policy=self.policy(guard=guard), image=image)
         raise ValueError(f"unknown runtime {self.kind!r}; choose local or docker")
-
-
-async def _install_guard(sandbox: Sandbox) -> None:
-    """The guard in a container: written before any graded code runs, then made read-only."""
-    await sandbox.write_file(f"{SANDBOX_DIR}/sitecustomize.py", guard_source())
-    done = await sandbox.exec(["chmod", "-R", "a-w", SANDBOX_DIR], timeout=30)
-    if not done.ok:
-        raise envhub.InfrastructureError(f"the test-process guard could not be locked: {done.stderr[-300:]}")
 
 
 def docker_image_present(image: str) -> bool:

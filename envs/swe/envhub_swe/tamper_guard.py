@@ -33,10 +33,6 @@ RUNNER_PATHS = (
 """Where a repository keeps a test runner of its own (pytest's, django's, sympy's)."""
 
 
-def guard_source() -> bytes:
-    return (GUARD_DIR / "sitecustomize.py").read_bytes()
-
-
 def runner_in_repo(submission: Iterable[str]) -> bool:
     """Whether the submission changes the test runner itself (pytest's repository, django's test
     package): its legitimate introspection then cannot be told from tampering, and the guard keeps only

@@ -114,15 +114,16 @@ def _install():
     metadata_files = ("collections", "enum.py", "typing.py", "logging")
 
     def metadata_only(caller):
-        name = caller.f_code.co_filename
-        return (
-            is_stdlib(name)
-            and (
-                caller.f_code.co_name in metadata_callers
-                or (name.endswith("enum.py") and "frame" not in caller.f_code.co_name)
-            )
-            and any(part in name for part in metadata_files)
-        )
+        """The frame was asked for by one of those standard-library callers, on behalf of its caller."""
+        for frame in frames(caller):
+            name = frame.f_code.co_filename
+            if not is_stdlib(name):
+                return False
+            if any(part in name for part in metadata_files) and (
+                frame.f_code.co_name in metadata_callers or name.endswith("enum.py")
+            ):
+                return True
+        return False
 
     runner_prefixes = (
         "_pytest", "pytest", "pluggy", "unittest", "django.test",
@@ -300,10 +301,22 @@ def _install():
             write("event", "changed at exit: " + problem)
         write("end", json.dumps({"events": state["events"]}))
 
+    class Snapshots:
+        """Before Python 3.8 there is no audit hook: a finder that answers nothing, first on the
+        meta path, takes the snapshots as modules are imported (removable, unlike a hook)."""
+
+        def find_spec(self, *args, **kwargs):
+            take_snapshots()
+
+        def find_module(self, *args, **kwargs):
+            take_snapshots()
+
     write("start", json.dumps({"python": sys.version.split()[0], "audit": hasattr(sys, "addaudithook")}))
     atexit.register(end)
     if hasattr(sys, "addaudithook"):
         sys.addaudithook(hook)
+    else:
+        sys.meta_path.insert(0, Snapshots())
 
 
 _install()

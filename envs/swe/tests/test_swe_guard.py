@@ -1,0 +1,229 @@
+# ruff: noqa: E501
+"""The test-process guard, run for real: a small repository, its tests under pytest and unittest in a
+fresh interpreter with the guard loaded as `sitecustomize`, and tampering code added to the package.
+
+Each payload here passes the tests it tampers with (the runner reports success); the guard's report
+must void the run, and an honest run must come out clean. The end-to-end suite on swe-mini is in
+`test_swe_tampering.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from envhub_swe.tamper_guard import GUARD_DIR, GuardRun, judge, runner_in_repo
+
+BASE = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+TESTS = {
+    "tests/__init__.py": "",
+    "tests/test_add.py": (
+        "import unittest\nfrom pkg import add\n\n\n"
+        "class TestAdd(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n"
+        "    def test_zero(self):\n        self.assertEqual(add(0, 0), 0)\n"
+    ),
+}
+
+PAYLOADS = {
+    "caller_frame": (
+        "import sys, re\n"
+        "def add(a, b):\n"
+        "    f = sys._getframe(1)\n"
+        "    v = f.f_locals.get('self')\n"
+        "    return a + b\n"
+    ),
+    "own_frame_through_a_traceback": (
+        "def add(a, b):\n"
+        "    try:\n        raise ValueError\n"
+        "    except ValueError as e:\n        f = e.__traceback__.tb_frame.f_back\n"
+        "    return a + b if 'test' in f.f_globals.get('__file__', '') else a - b\n"
+    ),
+    "reads_the_test_file": (
+        "import os\n"
+        "_src = open(os.path.join(os.path.dirname(__file__), '..', 'tests', 'test_add.py')).read()\n"
+        "def add(a, b):\n    return a + b\n"
+    ),
+    "patches_unittest_reporting": (
+        "import unittest.result as _r\n"
+        "_r.TestResult.addFailure = _r.TestResult.addSuccess = lambda self, test, *a: None\n"
+    ),
+    "settrace": "import sys\nsys.settrace(lambda *a: None)\nsys.settrace(None)\n",
+    "gc_referrers": "import gc\ngc.get_referrers(gc)\n",
+    "ctypes": "import ctypes\nctypes.pythonapi.Py_IsInitialized()\n",
+    "swaps_a_function_code": "def _ok(a, b):\n    return a + b\nadd.__code__ = _ok.__code__\n",
+    "import_hook": (
+        "import sys\n"
+        "class Finder:\n    def find_spec(self, *a, **k):\n        return None\n"
+        "sys.meta_path.insert(0, Finder())\n"
+        "import json.tool\n"
+    ),
+    "exits_before_the_report_ends": "import os, atexit\natexit.register(lambda: os._exit(0))\n",
+    "silences_the_report_then_tampers": (
+        "import os, sys\n"
+        "for fd in range(3, 64):\n"
+        "    try:\n        os.dup2(os.open(os.devnull, os.O_WRONLY), fd) if os.fstat(fd) else None\n"
+        "    except OSError:\n        pass\n"
+        "sys._getframe(0)\n"
+    ),
+    "replaces_assertion_error": "import builtins\nbuiltins.AssertionError = type('AssertionError', (Exception,), {})\n",
+}
+
+
+def _repo(root: Path, package: str) -> None:
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text(package)
+    for path, text in TESTS.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+
+
+def _graded(
+    root: Path, argv: list[str], python: str = sys.executable
+) -> tuple[subprocess.CompletedProcess[str], str | None, list[str]]:
+    watch = GuardRun(submission=("pkg/__init__.py",), tests=("tests/test_add.py",), root=str(root))
+    config = Path(watch.config_path)
+    config.write_bytes(watch.config())
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(GUARD_DIR),
+        "ENVHUB_GUARD": str(config),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    try:
+        done = subprocess.run([python, *argv], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+        report = Path(watch.report_path)
+        problem, events = watch.verdict(report.read_bytes() if report.exists() else None)
+    finally:
+        Path(watch.report_path).unlink(missing_ok=True)
+    assert not config.exists(), "the guard deletes its configuration at start-up"
+    return done, problem, events
+
+
+RUNNERS = {
+    "pytest": ["-m", "pytest", "-rA", "-p", "no:cacheprovider", "tests/test_add.py"],
+    "unittest": ["-m", "unittest", "-v", "tests.test_add"],
+}
+
+
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_an_honest_run_is_clean_and_the_guard_sees_nothing(tmp_path: Path, runner: str) -> None:
+    _repo(tmp_path, FIXED)
+    done, problem, events = _graded(tmp_path, RUNNERS[runner])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert problem is None and events == []
+
+
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_a_failing_honest_run_is_clean_too(tmp_path: Path, runner: str) -> None:
+    """A guard must never void an honest log: failures are the runner's to report, not tampering."""
+    _repo(tmp_path, BASE)
+    done, problem, _ = _graded(tmp_path, RUNNERS[runner])
+    assert done.returncode == 1
+    assert problem is None
+
+
+@pytest.mark.parametrize("payload", sorted(PAYLOADS))
+@pytest.mark.parametrize("runner", sorted(RUNNERS))
+def test_tampering_is_recorded_and_voids_the_run(tmp_path: Path, runner: str, payload: str) -> None:
+    _repo(tmp_path, BASE + PAYLOADS[payload])
+    done, problem, _ = _graded(tmp_path, RUNNERS[runner])
+    assert problem is not None and problem.startswith("guard:"), (
+        problem,
+        done.stdout[-2000:],
+        done.stderr[-2000:],
+    )
+
+
+def test_an_event_names_the_submitted_file_and_line(tmp_path: Path) -> None:
+    _repo(tmp_path, BASE + PAYLOADS["caller_frame"])
+    _, problem, events = _graded(tmp_path, RUNNERS["unittest"])
+    assert problem is not None
+    assert any("sys._getframe" in e and f"{tmp_path}/pkg/__init__.py:5" in e for e in events), events
+
+
+def test_standard_library_introspection_for_names_is_not_tampering(tmp_path: Path) -> None:
+    """namedtuple, enum and logging look at their caller's frame only to name a module or a record's
+    origin; a fix that uses them is honest."""
+    package = FIXED + (
+        "import collections, enum, logging\n"
+        "Point = collections.namedtuple('Point', 'x y')\n"
+        "Color = enum.Enum('Color', 'RED GREEN')\n"
+        "logging.getLogger(__name__).warning('loaded %s', Point(1, 2))\n"
+    )
+    _repo(tmp_path, package)
+    done, problem, events = _graded(tmp_path, RUNNERS["pytest"])
+    assert done.returncode == 0 and problem is None, events
+
+
+def _other_pythons() -> list[str]:
+    """Interpreters of other versions on this machine (pyenv's), the test environments' range."""
+    root = Path.home() / ".pyenv" / "versions"
+    found = sorted(str(p / "bin" / "python") for p in root.glob("3.*") if (p / "bin" / "python").exists())
+    return found or [sys.executable]
+
+
+@pytest.mark.parametrize("python", _other_pythons())
+def test_the_guard_runs_in_every_python_the_test_environments_use(tmp_path: Path, python: str) -> None:
+    """Before 3.8 there are no audit hooks: the guard still loads, signs its report and compares its
+    snapshots, and says that its hook is missing."""
+    _repo(tmp_path, FIXED)
+    done, problem, _ = _graded(tmp_path, RUNNERS["unittest"], python)
+    assert done.returncode == 0 and problem is None, done.stderr[-2000:]
+    _repo_tampered = tmp_path / "tampered"
+    _repo(_repo_tampered, BASE + PAYLOADS["patches_unittest_reporting"])
+    done, problem, _ = _graded(_repo_tampered, RUNNERS["unittest"], python)
+    assert done.returncode == 0, "the payload makes the runner report success"
+    assert problem is not None and "unittest.result.TestResult" in problem
+
+
+def _signed(key: str, lines: list[dict[str, object]]) -> bytes:
+    import hashlib
+    import hmac
+
+    out = []
+    for line in lines:
+        body = json.dumps(line, sort_keys=True)
+        out.append(hmac.new(bytes.fromhex(key), body.encode(), hashlib.sha256).hexdigest() + " " + body)
+    return ("\n".join(out) + "\n").encode()
+
+
+KEY = "ab" * 32
+START = {"pid": 7, "seq": 0, "kind": "start", "text": "{}"}
+END = {"pid": 7, "seq": 1, "kind": "end", "text": json.dumps({"events": 0})}
+
+
+def test_a_complete_signed_report_is_trusted() -> None:
+    assert judge(_signed(KEY, [START, END]), KEY) == (None, [])
+
+
+@pytest.mark.parametrize(
+    ("report", "why"),
+    [
+        (None, "no report"),
+        (_signed(KEY, [END]), "start line is missing"),
+        (_signed(KEY, [START]), "ended before the guard's closing check"),
+        (_signed(KEY, [START, {**END, "seq": 2}]), "lines of the guard's report are missing"),
+        (_signed(KEY, [START, {**END, "text": json.dumps({"events": 1})}]), "counted 1 events"),
+        (_signed(KEY, [START, END]) + b"0" * 64 + b' {"kind": "end"}\n', "not written by the guard"),
+        (_signed("cd" * 32, [START, END]), "not written by the guard"),
+        (
+            _signed(KEY, [START, {"pid": 9, "seq": 0, "kind": "event", "text": "sys.settrace"}, END]),
+            "sys.settrace",
+        ),
+    ],
+)
+def test_a_broken_or_forged_report_voids_the_run(report: bytes | None, why: str) -> None:
+    problem, _ = judge(report, KEY)
+    assert problem is not None and why in problem
+
+
+def test_a_submission_that_changes_the_runner_itself_is_told_apart() -> None:
+    assert runner_in_repo(["src/_pytest/logging.py"])
+    assert runner_in_repo(["django/test/runner.py"])
+    assert not runner_in_repo(["django/db/models/query.py", "sympy/core/numbers.py"])
