@@ -49,7 +49,8 @@ class RecordedCall(BaseModel):
     kind: Kind
     method: str
     """`exec`, `write_file`, `read_file`, `upload_dir`, `download`, `report`, `run` (a REPL snippet),
-    `token_bytes`/`getrandbits` (entropy), or a tool's name."""
+    `token_bytes`/`getrandbits` (entropy drawn in the open), `secret` (a derived grader secret: only its
+    size and context are kept), or a tool's name."""
     input: Json = None
     output: Json = None
     error: dict[str, str] | None = None
@@ -62,6 +63,12 @@ class Recording(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     calls: list[RecordedCall] = Field(default_factory=list)
+    salt: str = ""
+    """Random per recording: with the user's recording key, what the grader's secrets are derived from
+    (`envhub.replay.seal.Secrets`), so that no secret is ever written into the recording."""
+    mac: str | None = None
+    """HMAC-SHA256 over the episode and this recording, keyed by the user's recording key
+    (`envhub.replay.seal`); a replay refuses a recording without one or with one that does not match."""
 
     def at_turn(self, turn: int) -> list[RecordedCall]:
         return [c for c in self.calls if c.turn == turn]

@@ -26,6 +26,7 @@ from envhub.messages import Message, ToolCall
 from envhub.policies import load_policy
 from envhub.policies.scripted import ScriptedPolicy
 from envhub.records import Episode
+from envhub.replay import seal
 from envhub.replay.episode import NotRecorded, replay_episode
 from envhub.replay.sandbox import ReplaySandbox
 from envhub.rollout import RolloutLimits, rollout
@@ -34,6 +35,14 @@ from envhub.store import read_episodes
 from envhub.store.schema import SCHEMA
 
 cli = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def recording_key(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A recording key of the test's own, outside every batch folder (never the user's)."""
+    path = tmp_path_factory.mktemp("config") / "recording.key"
+    monkeypatch.setenv(seal.KEY_FILE_ENV, str(path))
+    return path
 
 
 @contextlib.contextmanager
@@ -130,7 +139,9 @@ def test_tool_use_batch_rescores_unchanged_without_a_sandbox(
     with no_sandbox_starts(monkeypatch) as made:
         shown = cli.invoke(app, ["rescore", str(run)])
     assert shown.exit_code == 0, shown.output
-    assert "3 episodes replayed: 0 rewards changed, 0 diverged" in shown.output
+    assert "3 episodes replayed from their recorded grader outputs: 0 rewards changed, 0 diverged" in (
+        shown.output
+    )
     assert made
 
 
@@ -207,7 +218,9 @@ def test_rescore_reports_the_rewards_an_edited_grader_changes(
         shown = cli.invoke(app, ["rescore", str(echo_run)])
         written = cli.invoke(app, ["rescore", str(echo_run), "--out", str(tmp_path / "rescored")])
     assert shown.exit_code == 0, shown.output
-    assert "2 episodes replayed: 2 rewards changed, 0 diverged" in shown.output
+    assert "2 episodes replayed from their recorded grader outputs: 2 rewards changed, 0 diverged" in (
+        shown.output
+    )
     assert "000000" in shown.output and "enough 1.000→0.000" in shown.output
     assert "echoes" not in shown.output.split("changed rewards")[1]  # unchanged components are not listed
     assert written.exit_code == 0, written.output
@@ -260,10 +273,35 @@ def test_a_call_the_recording_lacks_diverges(echo_run: Path, monkeypatch: pytest
     assert episode.recording is not None
     kept = [c for c in episode.recording.calls if not (c.turn == 2 and c.kind == "sandbox")]
     cut = episode.model_copy(update={"recording": episode.recording.model_copy(update={"calls": kept})})
+    cut = seal.seal(cut, {}, seal.load_key())  # its owner's edit: sealed again with the key
     with no_sandbox_starts(monkeypatch):
         report = asyncio.run(replay_episode(cut))
     assert report.divergence is not None and report.divergence.turn == 2
     assert "the recording does not have" in report.divergence.what
+
+
+def test_episodes_replayed_in_one_loop_never_take_a_spare_sandbox(
+    echo_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay's open must not warm a spare: the spare's making inherited the replay's context, so the
+    spare was a stand-in that the next episode's open took (AttributeError in its tool's answer), but
+    only when it was ready in time: under load, `rescore` diverged at turn 1 in 3 of 3 runs. Here it has
+    all the time it needs."""
+    from envhub.sandbox.spares import spares_idle
+
+    episodes = read_episodes(echo_run)
+
+    async def both() -> tuple[list[Any], int]:
+        first = await replay_episode(episodes[0])
+        await asyncio.sleep(0.5)  # a spare asked for by the first replay would be ready by now
+        idle = spares_idle()
+        return [first, await replay_episode(episodes[1])], idle
+
+    with no_sandbox_starts(monkeypatch):
+        reports, idle = asyncio.run(both())
+    assert [r.divergence for r in reports] == [None, None], reports[1].divergence
+    assert [r.reward for r in reports] == [1.0, 1.0]
+    assert idle == 0, "a replay warmed a spare sandbox"
 
 
 # -- the store ------------------------------------------------------------------------------------------

@@ -12,8 +12,10 @@ from rich.table import Table
 from rich.text import Text
 
 from envhub.cli.app import USER_ERRORS, app, console, fail
+from envhub.replay import regrade as regrading
 from envhub.replay import rescore as rescoring
 from envhub.replay.episode import ReplayReport, replay_episode
+from envhub.replay.regrade import RegradeReport
 from envhub.replay.rescore import find_episode, write_rescored
 
 RUN = Annotated[Path, typer.Argument(help="A batch folder written by `envhub rollout --record --out`.")]
@@ -26,13 +28,14 @@ def replay(
 ) -> None:
     """Replay one episode against its recorded calls: same observations, and its reward under today's code.
 
-    Exits with status 1 when the env diverged (asked for a call the recording does not hold, or
-    answered differently), naming the first differing turn.
+    The recording must carry a seal (a MAC keyed by your recording key) that matches the episode;
+    otherwise nothing is replayed. Exits with status 1 when the env diverged (asked for a call the
+    recording does not hold, or answered differently), naming the first differing turn.
     """
     try:
         stored, env_kwargs = find_episode(run, episode)
         with console.status(f"replaying episode {stored.episode_id} of {stored.env_id}"):
-            report = asyncio.run(replay_episode(stored, env_kwargs=env_kwargs))
+            report = asyncio.run(replay_episode(stored, env_kwargs=env_kwargs, where=str(run)))
     except USER_ERRORS as exc:
         raise fail(exc) from exc
     console.print(_episode_table(report))
@@ -69,20 +72,32 @@ def rescore(
         Path | None,
         typer.Option(help="Write the rescored batch to this new folder (the stored one is never changed)."),
     ] = None,
+    regrade: Annotated[
+        bool,
+        typer.Option(
+            "--regrade",
+            help="Trust nothing recorded but the actions: play each episode's actions again in real "
+            "sandboxes, grade afresh, and compare with the stored reward.",
+        ),
+    ] = False,
 ) -> None:
-    """Apply today's reward code to every episode of a recorded batch; print the rewards that changed.
+    """Re-score the recorded grader outputs of a batch with today's reward code; print changed rewards.
 
-    Nothing is written unless --out is given. Exits with status 1 when an episode diverged.
+    Every sandbox command and grader output comes from the recording, nothing runs again: a fix to how a
+    grade becomes a reward is applied, a wrong grade that was recorded stays wrong. Each recording must
+    carry a seal (a MAC keyed by your recording key) that matches its episode, or nothing is rescored.
+    With --regrade, the graders run again for real on the state the recorded actions build, and the
+    fresh rewards are compared with the stored ones (no recording or seal needed).
+
+    Nothing is written unless --out is given. Exits with status 1 when an episode diverged (or, with
+    --regrade, could not be played to its end).
     """
-    progress = Progress(
-        TextColumn("[bold]rescoring"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("changed {task.fields[changed]} · diverged {task.fields[diverged]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
+    if regrade:
+        if out is not None:
+            raise fail(ValueError("--out writes rescored recordings; --regrade only compares: drop one"))
+        _regrade(run)
+        return
+    progress = _progress("rescoring", "changed {task.fields[changed]} · diverged {task.fields[diverged]}")
     task = progress.add_task("", total=None, changed=0, diverged=0)
     seen: list[ReplayReport] = []
 
@@ -100,7 +115,12 @@ def rescore(
     console.print(_changes_table(reports))
     changed = sum(r.reward_changed for r in reports)
     diverged = [r for r in reports if r.divergence is not None]
-    console.print(f"{len(reports)} episodes replayed: {changed} rewards changed, {len(diverged)} diverged")
+    console.print(
+        f"{len(reports)} episodes replayed from their recorded grader outputs: {changed} rewards changed, "
+        f"{len(diverged)} diverged",
+        highlight=False,
+        soft_wrap=True,
+    )
     for r in diverged[:5]:
         d = r.divergence
         assert d is not None
@@ -115,6 +135,62 @@ def rescore(
         console.print(f"rescored batch written to {written}")
     if diverged:
         raise typer.Exit(code=1)
+
+
+def _regrade(run: Path) -> None:
+    """`rescore --regrade`: every episode's actions graded afresh in real sandboxes."""
+    progress = _progress("regrading", "differ {task.fields[differ]} · failed {task.fields[failed]}")
+    task = progress.add_task("", total=None, differ=0, failed=0)
+    seen: list[RegradeReport] = []
+
+    def advance(report: RegradeReport) -> None:
+        seen.append(report)
+        differ = sum(r.reward_differs for r in seen)
+        progress.update(task, advance=1, differ=differ, failed=sum(r.reward is None for r in seen))
+
+    try:
+        episodes, env_kwargs = rescoring.stored(run)
+        with progress:
+            reports = asyncio.run(regrading.regrade(episodes, env_kwargs, on_episode=advance))
+    except USER_ERRORS as exc:
+        raise fail(exc) from exc
+    table = Table(title="rewards graded afresh that differ from the stored ones")
+    for column in ("episode", "stored", "fresh", "components changed", "stored seal"):
+        table.add_column(column)
+    for r in reports:
+        if not r.reward_differs:
+            continue
+        changes = ", ".join(
+            f"{n} {_number(r.stored_components.get(n))}→{_number(r.reward_components.get(n))}"
+            for n in r.changed_components
+        )
+        seal_state = {True: "verifies", False: "FAILS", None: "not recorded"}[r.sealed]
+        table.add_row(r.episode_id, f"{r.stored_reward:.3f}", f"{r.reward:.3f}", changes, seal_state)
+    console.print(table)
+    differ = sum(r.reward_differs for r in reports)
+    failed = [r for r in reports if r.reward is None]
+    console.print(
+        f"{len(reports)} episodes regraded in real sandboxes: {differ} rewards differ from the stored ones, "
+        f"{len(failed)} could not be played to their end",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for r in failed[:5]:
+        console.print(f"episode {r.episode_id}: {r.problem}", highlight=False, soft_wrap=True)
+    if failed:
+        raise typer.Exit(code=1)
+
+
+def _progress(what: str, counts: str) -> Progress:
+    return Progress(
+        TextColumn(f"[bold]{what}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(counts),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
 
 
 def _changes_table(reports: list[ReplayReport]) -> Table:

@@ -12,6 +12,9 @@ The design, and what each part stops (`docs/rewards.md` has the full list):
   exact builtin types, so an object whose `__eq__` is always true cannot even be sent.
 - The parent is non-dumpable and signs its report with an HMAC keyed by a per-grade nonce the solution
   never sees; printed "passed" lines, results files and exit codes of the solution count for nothing.
+  A recorded episode never stores the nonce: it is derived from the user's recording key and bound to
+  the episode and to what is judged (`recording.secret_bytes`), so a replay derives it again and a
+  report spliced from another episode does not verify.
 - Every test must be answered: a solution that exits, hangs, or kills the grader fails the tests it did
   not answer; a report that is unsigned, incomplete or from a failed run scores 0 across the board.
 - Canary tests, fresh for every grade, hide among the real ones: one that must fail and one that must
@@ -185,7 +188,7 @@ async def grade_python(
             f"time_limit_s={time_limit_s:g} leaves no room inside the sandbox's wall time "
             f"({policy.wall_time_s:g} s); lower it or raise the policy's wall_time_s"
         )
-    nonce = recording.token_bytes(32)
+    nonce = recording.secret_bytes(32, _judged(files, tests, prelude, check_prelude, module))
     graded = _mix_in_canaries(tests)
     payload = {
         "nonce": nonce.hex(),
@@ -284,6 +287,15 @@ async def grade_python(
         isolation=isolation,
         untrusted_passed=sum(r.passed and not r.trusted for r in results) if valid else 0,
     )
+
+
+def _judged(
+    files: dict[str, str], tests: list[HiddenTest], prelude: str, check_prelude: str, module: str
+) -> str:
+    """A digest of what this grade judges, which its nonce is bound to in a recorded episode: a signed
+    report replayed for another submission or other tests does not verify (`recording.secret_bytes`)."""
+    judged = [VERIFIER_HASH, files, [t.model_dump() for t in tests], prelude, check_prelude, module]
+    return hashlib.sha256(json.dumps(judged, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """Replay one stored episode: its actions against its recorded calls, with today's env and reward code.
 
-Nothing runs in a sandbox: every sandbox is a `ReplaySandbox`, and every command, file, REPL snippet and
-secret draw is answered from the recording, in order, scope by scope (see `envhub.sandbox.recording`). The env
-must reach the recorded observations turn by turn; the first turn where it does not (a call the
-recording does not hold, a different answer, an ending in another place) is the divergence. The reward
-is whatever the current reward code makes of the replayed episode, so a grader fix is applied to an old
-episode without rebuilding its sandboxes.
+Only a recording sealed with the user's recording key over this very episode is replayed
+(`envhub.replay.seal`). Nothing runs in a sandbox: every sandbox is a `ReplaySandbox`, and every command,
+file, REPL snippet and random draw is answered from the recording (a grader's secret is derived again),
+in order, scope by scope (see `envhub.sandbox.recording`). The env must reach the recorded observations
+turn by turn; the first turn where it does not (a call the recording does not hold, a different answer, an
+ending in another place) is the divergence. The reward is whatever the current reward code makes of the
+replayed episode, so a grader fix is applied to an old episode without rebuilding its sandboxes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from envhub.core import Env, StepInfo
 from envhub.messages import Message
 from envhub.records import Episode, RecordedCall
 from envhub.registration import make
+from envhub.replay import seal
 from envhub.replay.sandbox import ReplaySandbox
 from envhub.sandbox import recording as tapes
 from envhub.sandbox.recording import Divergence
@@ -82,16 +84,30 @@ class NotRecorded(ValueError):
     """The episode was stored without its recording, so it cannot be replayed."""
 
 
-async def replay_episode(episode: Episode, *, env_kwargs: dict[str, Any] | None = None) -> ReplayReport:
-    """Replay `episode` on a fresh env of its id (made with `env_kwargs`, the batch's options)."""
+async def replay_episode(
+    episode: Episode,
+    *,
+    env_kwargs: dict[str, Any] | None = None,
+    key: bytes | None = None,
+    where: str = "",
+) -> ReplayReport:
+    """Replay `episode` on a fresh env of its id (made with `env_kwargs`, the batch's options).
+
+    The recording must carry a MAC that matches the episode under the recording `key` (the user's by
+    default); otherwise `seal.UnsealedRecording` names the episode (and `where`, its batch).
+    """
     if episode.recording is None:
         raise NotRecorded(
             f"episode {episode.episode_id} has no recording; roll out with --record to replay episodes"
         )
+    key = seal.load_key(create=False) if key is None else key
+    recording = seal.verify(episode, env_kwargs or {}, key, where=where)
+    secrets = seal.Secrets(key, recording.salt, episode.episode_id)
     tape = tapes.Tape(
         "replay",
-        episode.recording.calls,
+        recording.calls,
         stand_in=lambda policy, backend: ReplaySandbox(policy, backend=backend),
+        secrets=secrets.derive,
     )
     with tapes.using(tape):
         env = make(episode.env_id, **(env_kwargs or {}))

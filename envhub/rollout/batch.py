@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 from envhub.policies import Policy
 from envhub.records import RETRYABLE, Episode, episode_id
 from envhub.registration import registry
+from envhub.replay import seal
 from envhub.rollout.gc_policy import batch_gc
 from envhub.rollout.kwargs import check_env_kwargs
 from envhub.rollout.ray_backend import PolicyFactory, RayEpisodePool, ray_address, run_batch_ray
@@ -131,6 +132,10 @@ async def rollout(
             "--retry-errors plays failed episodes of a stored batch again: it needs --out and --resume"
         )
     check_env_kwargs(resolved, env_kwargs)
+    if limits.record:
+        seal.load_key()  # made, or its problem said, before any episode runs
+        if out is not None:
+            seal.check_apart(out)
     store = None
     if out is not None:
         _check_batch_refs(refs)

@@ -26,6 +26,7 @@ from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
 from envhub.records import RETRYABLE, Episode, EpisodeError, ErrorKind, Turn, episode_id
 from envhub.registration import make
+from envhub.replay import seal
 from envhub.sandbox import recording as tapes
 
 T = TypeVar("T")
@@ -145,20 +146,26 @@ async def run_episode(
     deadline_reason: str = "the time budget",
     on_messages: Callable[[list[Message]], None] | None = None,
     record: bool = False,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> Episode:
     """Play one episode of `env` with `policy` and return its full record.
 
     `deadline` is an event-loop time after which the episode is cut off and recorded as truncated.
     `on_messages` sees every message as it happens (prompt, action, answer): `envhub play` prints them.
-    `record` keeps the episode's calls to its sandboxes and tools in `Episode.recording`.
+    `record` keeps the episode's calls to its sandboxes and tools in `Episode.recording`, sealed with
+    the user's recording key over the episode and `env_kwargs`, the options `env` was made with
+    (`envhub.replay.seal`).
     """
     if record:
-        with tapes.using(tapes.Tape("record")) as tape:
+        key, salt = seal.load_key(), seal.new_salt()
+        secrets = seal.Secrets(key, salt, episode_id)
+        with tapes.using(tapes.Tape("record", secrets=secrets.derive)) as tape:
             episode = await run_episode(
                 env, policy, seed=seed, episode_id=episode_id, step_timeout=step_timeout,
                 deadline=deadline, deadline_reason=deadline_reason, on_messages=on_messages,
             )  # fmt: skip
-        return episode.model_copy(update={"recording": tape.recording()})
+        recording = tape.recording().model_copy(update={"salt": salt})
+        return seal.seal(episode.model_copy(update={"recording": recording}), env_kwargs or {}, key)
     show = on_messages or (lambda messages: None)
     started = time.perf_counter()
     base = _base(env, policy, episode_id)
@@ -626,6 +633,7 @@ class EnvWorker:
             deadline=deadline,
             deadline_reason=reason,
             record=limits.record,
+            env_kwargs=self.env_kwargs,
         )
 
 

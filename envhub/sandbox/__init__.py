@@ -17,6 +17,7 @@ from collections.abc import Generator
 from types import TracebackType
 from typing import Any
 
+from envhub.sandbox import recording
 from envhub.sandbox.backends import BACKENDS, Backend, create
 from envhub.sandbox.base import Command, Sandbox
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport
@@ -84,7 +85,8 @@ async def _open(
     backend: Backend, policy: IsolationPolicy, image: str | None, options: dict[str, Any]
 ) -> Sandbox:
     """A started spare when the local backend is asked for with the default policy (`spare=False` opts
-    out; a pool's own `start_server` never takes one), else a new sandbox from the backend."""
+    out; a pool's own `start_server` never takes one, nor does a replay, whose sandboxes are stand-ins),
+    else a new sandbox from the backend."""
     if backend == "fleet":
         from envhub.sandbox.fleet import shared_fleet
 
@@ -93,7 +95,7 @@ async def _open(
     options = dict(options)
     spare = options.pop("spare", True)
     local = backend == "local" or (backend == "auto" and not os.environ.get("E2B_API_KEY"))
-    if local and spare and image is None and not options.get("start_server"):
+    if local and spare and image is None and not options.get("start_server") and not recording.replaying():
         taken = await take_spare(policy)
         if taken is not None:
             return taken

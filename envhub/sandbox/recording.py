@@ -1,5 +1,6 @@
 """The tape: every call an episode makes to the world outside its own Python (a sandbox command, a file
-copied in or out, a REPL snippet, a random draw a grader keeps secret), in the order it was made.
+copied in or out, a REPL snippet, a grader's random draw), in the order it was made. A grader's secret
+key is the exception: it is derived again by a replay (`secret_bytes`), never kept on the tape.
 
 While an episode is recorded, the sandbox, the Python worker and the tool dispatcher append what went in
 and what came out to the tape of the running task (a context variable, so concurrent episodes never mix).
@@ -68,10 +69,18 @@ class Tape:
         calls: list[RecordedCall] | None = None,
         *,
         stand_in: Callable[[Any, str], Any] | None = None,
+        secrets: Callable[[str, int], bytes] | None = None,
     ) -> None:
-        """`stand_in(policy, backend)` makes what a replay gets instead of a sandbox (`ReplaySandbox`)."""
+        """`stand_in(policy, backend)` makes what a replay gets instead of a sandbox (`ReplaySandbox`);
+        `secrets(label, n)` derives a grader's secret, the same in the recording and in its replay
+        (`envhub.replay.seal.Secrets`: keyed by the user's recording key, which this module never sees).
+        """
         self.mode = mode
         self._stand_in = stand_in
+        self._secrets = secrets
+        self._drawn: dict[tuple[int, str], int] = {}
+        self._hidden: list[tuple[str, str]] = []
+        """(secret as hex, what the tape writes instead) for every secret handed out so far."""
         self.turn = 0
         self.calls: list[RecordedCall] = [] if mode == "record" else list(calls or [])
         self._queues: dict[tuple[int, str], deque[RecordedCall]] = {}
@@ -125,6 +134,45 @@ class Tape:
             )
         return queue.popleft()
 
+    def secret(self, nbytes: int, context: str) -> bytes:
+        """A secret for the grader: derived, never stored; only its size and context are on the tape."""
+        given: Json = {"bytes": nbytes, "context": context}
+        if self.replaying:
+            self.answer("entropy", "secret", given)
+        else:
+            self.record("entropy", "secret", given)
+        if self._secrets is None:
+            raise RuntimeError(
+                "this tape was made without a way to derive secrets (Tape(secrets=...)); record and "
+                "replay episodes through envhub.rollout and envhub.replay, which key it"
+            )
+        where = (self.turn, _SCOPE.get())
+        index = self._drawn.get(where, 0)
+        self._drawn[where] = index + 1
+        value = self._secrets(json.dumps([*where, index, context]), nbytes)
+        self._hidden.append((value.hex(), f"<secret {len(self._hidden)}>"))
+        return value
+
+    def redact(self, value: Any) -> Any:
+        """`value` with every secret this tape handed out (as hex) replaced by a placeholder: what a
+        call's input is kept and compared as, so the nonce in a grader's stdin is never written."""
+        if not self._hidden:
+            return value
+        if isinstance(value, str):
+            for secret, placeholder in self._hidden:
+                value = value.replace(secret, placeholder)
+            return value
+        if isinstance(value, bytes):
+            for secret, placeholder in self._hidden:
+                value = value.replace(secret.encode(), placeholder.encode())
+                value = value.replace(bytes.fromhex(secret), placeholder.encode())
+            return value
+        if isinstance(value, dict):
+            return {k: self.redact(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.redact(v) for v in value]
+        return value
+
     def unanswered(self, turn: int) -> list[RecordedCall]:
         """Recorded calls of `turn` the replay never made (tool records are kept, not replayed)."""
         return [c for (t, _), queue in self._queues.items() if t == turn for c in queue]
@@ -144,6 +192,12 @@ _INSIDE: ContextVar[bool] = ContextVar("envhub_tape_inside", default=False)
 def current() -> Tape | None:
     """The tape of this task, unless a recorded call is already in progress (its inner calls are its own)."""
     return None if _INSIDE.get() else _TAPE.get()
+
+
+def replaying() -> bool:
+    """Whether this task is replaying an episode (its sandboxes must be stand-ins, never started ones)."""
+    tape = current()
+    return tape is not None and tape.replaying
 
 
 @contextlib.contextmanager
@@ -228,11 +282,27 @@ def _describe(kind: str, method: str, input: Json) -> str:
     return f"{kind} {method} {text}"
 
 
-# -- entropy a grader keeps secret ------------------------------------------------------------------------
+# -- entropy a grader draws -------------------------------------------------------------------------------
+
+
+def secret_bytes(nbytes: int, context: str) -> bytes:
+    """A key only the grader may know (the HMAC nonce it signs its report with), never written down.
+
+    Without a tape it is random. While recording or replaying, the tape derives it from the user's
+    recording key, the recording's salt, the episode, this draw's place and `context` (a digest of what
+    the grader judges), so a replay gets the same key without the recording holding it, and a grade
+    spliced from another episode or another submission does not verify. Every call input that would
+    carry it (as hex) is kept with a placeholder instead (`Tape.redact`).
+    """
+    tape = current()
+    if tape is None:
+        return random.SystemRandom().randbytes(nbytes)
+    return tape.secret(nbytes, context)
 
 
 def token_bytes(nbytes: int = 32) -> bytes:
-    """`secrets.token_bytes`, kept on the tape: a replayed grader gets the nonce it signed with."""
+    """`secrets.token_bytes`, kept on the tape, in the clear: for draws a replay must repeat and a reader
+    of the recording may see (canary names), never for a key (`secret_bytes`)."""
     tape = current()
     if tape is None:
         return random.SystemRandom().randbytes(nbytes)
@@ -314,7 +384,7 @@ def _async_call(name: str, real: Callable[..., Awaitable[Any]]) -> Callable[...,
         bound = signature.bind(self, *args, **kwargs)
         bound.apply_defaults()
         arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
-        given = _input(name, arguments)
+        given = _input(name, tape.redact(arguments))
         if tape.replaying:
             recorded = tape.answer("sandbox", name, given)
             _raise_recorded(recorded.error)
@@ -436,7 +506,7 @@ def attach(worker: PythonWorker) -> bool:
         tape = current()
         if tape is None:
             return await real(code, timeout=timeout)
-        given = kept({"code": code, "timeout": timeout})
+        given = kept(tape.redact({"code": code, "timeout": timeout}))
         if tape.replaying:
             from envhub.sandbox.worker import ReplResult
 

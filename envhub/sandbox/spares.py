@@ -16,6 +16,7 @@ import asyncio
 import atexit
 import collections
 import contextlib
+import contextvars
 import logging
 import os
 import weakref
@@ -125,7 +126,11 @@ class Spares:
         the next while fewer than `count` are."""
         if self._closed or self._warming is not None or len(self._ready) >= self.count:
             return
-        self._warming = asyncio.get_running_loop().create_task(self._make(), name="envhub sandbox spare")
+        # A spare belongs to no episode: made in an empty context, it never joins the recording or the
+        # replay of the episode whose open asked for it (a replay's would make it a replay stand-in).
+        self._warming = asyncio.get_running_loop().create_task(
+            self._make(), name="envhub sandbox spare", context=contextvars.Context()
+        )
 
     async def _make(self) -> None:
         try:

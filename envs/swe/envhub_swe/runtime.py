@@ -604,10 +604,14 @@ async def grade(
     workspace: Path | None,
     *,
     on_log: Callable[[str], None] | None = None,
+    guard: bool = True,
 ) -> GradeReport:
     """Grade `patch` in a fresh sandbox: the repo at base_commit (uploaded from `workspace`, or the
     image's own when None), the patch without test changes, then the row's own eval script (which resets
-    the test files and applies the hidden test patch), with canary tests added to a listed test file."""
+    the test files and applies the hidden test patch), with canary tests added to a listed test file.
+
+    `guard=False` runs the tests without the test-process guard: only to measure what it costs
+    (`benchmarks/swe_guard_overhead.py`); a grade without it is not a grade envhub trusts."""
     started = time.monotonic()
     steps = adapt_eval_script(
         instance.eval_script, activation=runtime.activation, skip_install=runtime.skip_install
@@ -617,7 +621,7 @@ async def grade(
     note, output, exit_code = "", "", None
     log = ""
     guard_events: list[str] = []
-    async with await runtime.open(guard=True) as sandbox:
+    async with await runtime.open(guard=guard) as sandbox:
         await _pristine_repo(sandbox, instance, workspace)
         guard = await _guard(sandbox, runtime, steps.test_command)
         filtered, problem = await _checked_patch(sandbox, guard, patch)
@@ -637,7 +641,7 @@ async def grade(
                 root=TESTBED,
             )
             await sandbox.write_file(watch.config_path, watch.config())
-            script = steps.test_script("\n".join([*watch.shell_lines(), command]))
+            script = steps.test_script("\n".join([*watch.shell_lines(), command]) if guard else command)
             test = await sandbox.exec(["/bin/bash", "-c", "exec 2>&1; " + script])
             output = test.stdout
             log += f"+ : '{START}'\n{output}\n+ : '{END}'\n"
@@ -647,7 +651,8 @@ async def grade(
                 problem = "the evaluation ran out of memory"
             else:
                 exit_code = test.exit_code
-                problem, guard_events = watch.verdict(await _read_report(sandbox, watch.report_path))
+                if guard:
+                    problem, guard_events = watch.verdict(await _read_report(sandbox, watch.report_path))
     if on_log is not None:
         on_log(log)
     return grade_log(
