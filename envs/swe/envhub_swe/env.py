@@ -75,6 +75,7 @@ class SWEEnv(envhub.ToolEnv):
         workspaces: str | None = None,
         max_turns: int | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        monitor_penalty: bool = True,
     ) -> None:
         super().__init__(max_turns=max_turns)
         self.dataset = dataset
@@ -84,6 +85,9 @@ class SWEEnv(envhub.ToolEnv):
         self.workspaces = Path(workspaces) if workspaces else None
         self.timeout_s = timeout_s
         """The longest one command of the episode may run, grading's tests included (official: 1800 s)."""
+        self.monitor_penalty = monitor_penalty
+        """Score 0 a submission the diff monitor flags (`GradeReport.monitor`); False keeps its grade.
+        The flags are in `info["reward_notes"]["monitor"]` either way."""
         self.instance: Instance | None = None
         self.patch: str | None = None
         """The submission as graded: computed by the grader from the submitted files."""
@@ -304,6 +308,7 @@ class SWEEnv(envhub.ToolEnv):
                 self.report = await self._grade_submission(self.instance, self._runtime)
                 self.patch = self.report.patch
                 self.reward_notes = {"resolved": self.report.summary()}  # kept in the episode record
+                self.reward_notes.update(_screening_notes(self.report, self.monitor_penalty))
             return self.report
 
     async def _grade_submission(self, instance: Instance, runtime: Runtime) -> GradeReport:
@@ -321,7 +326,10 @@ class SWEEnv(envhub.ToolEnv):
 
     @envhub.reward
     async def resolved(self) -> float:
-        return float((await self.grade()).resolved)
+        """1 when the hidden tests resolve the issue, unless the diff monitor flagged the submission
+        (and `monitor_penalty` holds)."""
+        report = await self.grade()
+        return float(report.resolved and not (self.monitor_penalty and report.monitor))
 
     @envhub.reward(weight=0.0)
     async def fail_to_pass(self) -> float:
@@ -342,6 +350,22 @@ class SWEEnv(envhub.ToolEnv):
                 role="assistant", tool_calls=[ToolCall.create("bash", {"command": command}, id="gold")]
             )
         return Message(role="assistant", tool_calls=[ToolCall.create("submit", {}, id="submit")])
+
+
+def _screening_notes(report: GradeReport, penalty: bool) -> dict[str, str]:
+    """The filter's and the monitor's part of the episode's notes: what was left out of grading and
+    why, and what the graded code reaches for (and whether that cost the reward)."""
+    notes: dict[str, str] = {}
+    if report.dropped_reasons:
+        notes["dropped"] = "; ".join(f"{path}: {why}" for path, why in report.dropped_reasons.items())
+    if report.monitor:
+        verdict = (
+            "scored 0 (monitor_penalty=False keeps the tests' grade)"
+            if penalty
+            else "the tests' grade stands (monitor_penalty=False)"
+        )
+        notes["monitor"] = f"{len(report.monitor)} flagged, {verdict}: " + "; ".join(report.monitor)
+    return notes
 
 
 def _describe(result: ExecResult) -> str:

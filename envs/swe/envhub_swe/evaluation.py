@@ -143,6 +143,11 @@ class GradeReport(BaseModel):
     """The submission as graded: the patch taken from the agent's files, before filtering."""
     dropped_files: list[str] = []
     """Files of the submission left out of grading: tests, test configuration, shadowing modules."""
+    dropped_reasons: dict[str, str] = {}
+    """Why each dropped file was left out (`patches.Guard.reason`)."""
+    monitor: list[str] = []
+    """The diff monitor's flags (`monitor.scan`): added lines of graded files that reach into the test
+    machinery, `path:line: what it does: the line`. The env scores a flagged submission 0 by default."""
     guard_events: list[str] = []
     """What the test-process guard recorded the submission's code doing (any event voids the log)."""
     parser: str = ""

@@ -13,7 +13,9 @@ import itertools
 import re
 import shlex
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from envhub_swe.runner_config import RunnerFiles
 
 _DIFF_GIT = "diff --git "
 _EXTENDED = re.compile(
@@ -276,6 +278,9 @@ class Guard:
     environment: frozenset[str] = frozenset()
     base_modules: frozenset[str] = frozenset()
     runner: tuple[str, ...] = ()
+    runner_files: RunnerFiles = field(default_factory=RunnerFiles)
+    """What the runner reads before the tests (`runner_config.runner_files`): configuration names,
+    plugin and settings modules; by default every configuration name a released pytest reads."""
 
     @property
     def roots(self) -> tuple[str, ...]:
@@ -305,6 +310,8 @@ class Guard:
             return "tests or test configuration"
         if path in self.runner:
             return "the test runner the eval script starts"
+        if (why := self.runner_files.reason(path, self.roots)) is not None:
+            return why
         if (name := self.shadowed_module(path)) is not None:
             return f"shadows the environment's module {name!r}"
         return None
@@ -317,6 +324,8 @@ class FilteredPatch:
     kept: str
     kept_paths: tuple[str, ...]
     dropped: dict[str, str]
+    flags: tuple[str, ...] = ()
+    """The diff monitor's flags on the kept part (`monitor.scan`), set by the grader."""
 
 
 def filter_patch(patch: str, guard: Guard = Guard()) -> FilteredPatch:

@@ -31,9 +31,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
+import envhub.sandbox
+from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
 from envhub_swe.canaries import Canaries, candidates, command_with, plan, to_read
 from envhub_swe.data import MINI_DATA, Instance
 from envhub_swe.evaluation import END, START, EvalSteps, GradeReport, adapt_eval_script, grade_log
+from envhub_swe.monitor import scan
 from envhub_swe.parsers import parser_name
 from envhub_swe.patches import (
     RUNNER_MODULES,
@@ -44,10 +47,8 @@ from envhub_swe.patches import (
     parse_patch,
     runner_paths,
 )
+from envhub_swe.runner_config import CONFIG_NAME, KNOWN_CONFIG_NAMES, PROBE, RunnerFacts, runner_files
 from envhub_swe.tamper_guard import GUARD_DIR, SANDBOX_DIR, GuardRun
-
-import envhub.sandbox
-from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
 
 RuntimeKind = Literal["local", "docker"]
 TESTBED = "/testbed"
@@ -488,26 +489,63 @@ async def _apply(sandbox: Sandbox, patch: str) -> str | None:
 
 
 async def _guard(sandbox: Sandbox, runtime: Runtime, test_command: str) -> Guard:
-    """What the submission may not change here: the runner, and modules shadowing the environment's."""
+    """What the submission may not change here: the runner, what it reads before the tests (asked of
+    the environment's own pytest), and modules shadowing the environment's."""
     activate = f"{runtime.environment_activation}; " if runtime.environment_activation else ""
     found = await sandbox.exec(
         ["/bin/bash", "-c", f'{activate}cd / && python -I -c "$1"', "bash", LIST_MODULES], timeout=120
     )
     # The host's standard library is a floor, should the environment's interpreter not answer.
     environment = set(found.stdout.split()) | RUNNER_MODULES | set(sys.stdlib_module_names)
+    probe = await sandbox.exec(
+        ["/bin/bash", "-c", f'{activate}cd / && python -I -c "$1" "$2"', "bash", PROBE, CONFIG_NAME.pattern],
+        timeout=120,
+    )
+    facts = RunnerFacts.parse(probe.stdout)
     listed = await sandbox.exec(["git", "-C", TESTBED, "ls-files", "-z"], env=_GIT_NO_CONFIG, timeout=120)
     if not listed.ok:
         raise envhub.InfrastructureError(
             f"listing the base repository's files failed: {listed.stderr[-300:]}"
         )
-    guard = Guard(environment=frozenset(environment), runner=runner_paths(test_command))
+    paths = [path for path in listed.stdout.split("\0") if path]
+    names = {*facts.config_names, *KNOWN_CONFIG_NAMES, "conftest.py"}
+    configs = await _read_files(sandbox, [p for p in paths if p.rsplit("/", 1)[-1] in names])
+    guard = Guard(
+        environment=frozenset(environment),
+        runner=runner_paths(test_command),
+        runner_files=runner_files(facts, test_command, configs),
+    )
     base = {
         root + path[len(root) :].split("/")[0].removesuffix(".py")
-        for path in listed.stdout.split("\0")
+        for path in paths
         for root in guard.roots
-        if path.startswith(root) and path
+        if path.startswith(root)
     }
     return dataclasses.replace(guard, base_modules=frozenset(base))
+
+
+_READ_FILES = f'cd {TESTBED} && tar -c -f "$1" --no-recursion -- "${{@:2}}"'
+_MAX_CONFIG_FILES = 500
+
+
+async def _read_files(sandbox: Sandbox, paths: list[str]) -> dict[str, str]:
+    """The text of some of the base repository's files (its configuration and conftest files), in one
+    archive; a file that cannot be read is left out (it is protected by its name all the same)."""
+    if not paths:
+        return {}
+    archive = f"/tmp/envhub-config-{secrets.token_hex(8)}.tar"
+    done = await sandbox.exec(
+        ["/bin/bash", "-c", _READ_FILES, "bash", archive, *paths[:_MAX_CONFIG_FILES]], timeout=120
+    )
+    if not done.ok:
+        return {}
+    texts: dict[str, str] = {}
+    with tarfile.open(fileobj=io.BytesIO(await sandbox.read_file(archive))) as tar:
+        for member in tar.getmembers():
+            handle = tar.extractfile(member) if member.isfile() and member.size < 1_000_000 else None
+            if handle is not None:
+                texts[member.name.removeprefix("./")] = handle.read().decode(errors="replace")
+    return texts
 
 
 async def _checked_patch(
@@ -518,6 +556,9 @@ async def _checked_patch(
         filtered = filter_patch(patch, guard)
     except MalformedPatch as exc:
         return None, f"malformed patch: {exc}"
+    own = {module.rsplit("/", 1)[-1] for module in guard.base_modules}  # pytest's repository names _pytest
+    flags = tuple(flag.describe() for flag in scan(filtered.kept, own_modules=own))
+    filtered = dataclasses.replace(filtered, flags=flags)
     if not filtered.kept.strip():
         return filtered, None
     text = filtered.kept if filtered.kept.endswith("\n") else filtered.kept + "\n"
@@ -532,6 +573,14 @@ async def _checked_patch(
     if hidden:
         return filtered, f"malformed patch: git would touch files its headers hide ({', '.join(hidden)})"
     return filtered, None
+
+
+def _screening(filtered: FilteredPatch | None) -> dict[str, object]:
+    """The report's account of the filter and the monitor: why each file was dropped, and the added
+    lines of the kept files that reach into the test machinery."""
+    if filtered is None:
+        return {}
+    return {"dropped_reasons": dict(filtered.dropped), "monitor": list(filtered.flags)}
 
 
 def _numstat_paths(output: str) -> list[str]:
@@ -604,13 +653,13 @@ async def grade(
     workspace: Path | None,
     *,
     on_log: Callable[[str], None] | None = None,
-    guard: bool = True,
+    guarded: bool = True,
 ) -> GradeReport:
     """Grade `patch` in a fresh sandbox: the repo at base_commit (uploaded from `workspace`, or the
     image's own when None), the patch without test changes, then the row's own eval script (which resets
     the test files and applies the hidden test patch), with canary tests added to a listed test file.
 
-    `guard=False` runs the tests without the test-process guard: only to measure what it costs
+    `guarded=False` runs the tests without the test-process guard: only to measure what it costs
     (`benchmarks/swe_guard_overhead.py`); a grade without it is not a grade envhub trusts."""
     started = time.monotonic()
     steps = adapt_eval_script(
@@ -621,7 +670,7 @@ async def grade(
     note, output, exit_code = "", "", None
     log = ""
     guard_events: list[str] = []
-    async with await runtime.open(guard=guard) as sandbox:
+    async with await runtime.open(guard=guarded) as sandbox:
         await _pristine_repo(sandbox, instance, workspace)
         guard = await _guard(sandbox, runtime, steps.test_command)
         filtered, problem = await _checked_patch(sandbox, guard, patch)
@@ -641,7 +690,7 @@ async def grade(
                 root=TESTBED,
             )
             await sandbox.write_file(watch.config_path, watch.config())
-            script = steps.test_script("\n".join([*watch.shell_lines(), command]) if guard else command)
+            script = steps.test_script("\n".join([*watch.shell_lines(), command]) if guarded else command)
             test = await sandbox.exec(["/bin/bash", "-c", "exec 2>&1; " + script])
             output = test.stdout
             log += f"+ : '{START}'\n{output}\n+ : '{END}'\n"
@@ -651,7 +700,7 @@ async def grade(
                 problem = "the evaluation ran out of memory"
             else:
                 exit_code = test.exit_code
-                if guard:
+                if guarded:
                     problem, guard_events = watch.verdict(await _read_report(sandbox, watch.report_path))
     if on_log is not None:
         on_log(log)
@@ -663,6 +712,7 @@ async def grade(
         problem=problem,
         canary=note,
         dropped_files=dropped,
+        **_screening(filtered),
         patch=patch,
         guard_events=guard_events,
         runtime=runtime.kind,
