@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -24,6 +26,7 @@ from typer.testing import CliRunner
 import envhub.sandbox as sandbox
 from envhub.cli import app
 from envhub.core import Provenance
+from envhub.index import index_path
 from envhub.lock import LockError, lockfile
 from envhub.lock.lockfile import Locked, LockMismatch, check, current, dumps, read
 from envhub.messages import Message
@@ -33,6 +36,8 @@ from envhub.sandbox import IsolationPolicy
 from envhub.store import BatchSpec, BatchStore, read_episodes
 
 ENV_ID = "locktest/say-v0"
+ENVHUB = Path(lockfile.__file__).parents[1]  # envhub/lock/lockfile.py: the package envhub
+"""The envhub package the tests run on; the tests that edit envhub's files edit a copy of it."""
 PLUGIN = '''
     """A throwaway plugin whose files the tests edit."""
 
@@ -66,8 +71,12 @@ PLUGIN = '''
 
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
-    """`envhub-locktest` installed as pip leaves a distribution: a dist-info and its package."""
+    """`envhub-locktest` installed as pip leaves a distribution: a dist-info and its package; beside it
+    a copy of envhub (as a wheel installs it, registry.yaml inside), which the command imports first,
+    so a test can edit envhub's files without touching the tree other tests run on."""
     site = tmp_path / "site"
+    shutil.copytree(ENVHUB, site / "envhub", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copyfile(index_path(), site / "envhub" / "registry.yaml")
     info = site / "envhub_locktest-0.1.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: envhub-locktest\nVersion: 0.1\n")
@@ -102,11 +111,17 @@ def lock(site: Path, *args: str) -> Path:
 def test_a_lock_lets_an_unchanged_env_run_and_is_the_same_every_time(site: Path) -> None:
     path = lock(site, ENV_ID)
     table = tomllib.loads(path.read_text())["envs"][ENV_ID]
-    assert set(table) == {"hash", "options", "code", "data", "sandbox", "grader", "registry"}
+    assert set(table) == {"hash", "options", "code", "data", "sandbox", "core", "registry"}
     assert table["code"]["parts"].keys() == {"envhub_locktest/__init__.py"}
     assert table["data"]["parts"].keys() == {"envhub_locktest/words.txt"}
-    assert "envhub_locktest/__init__.py" in table["grader"]["parts"]
-    assert "envhub/grading/python_tests.py" in table["grader"]["parts"]
+    core = table["core"]["parts"]  # every file of envhub, not a list of the ones that score
+    assert {"envhub/authoring/rewards.py", "envhub/rollout/runner.py", "envhub/grading/python_tests.py"} <= (
+        core.keys()
+    )
+    copied = site / "envhub"
+    assert core.keys() == {
+        f"envhub/{p.relative_to(copied).as_posix()}" for p in copied.rglob("*") if p.is_file()
+    }
     assert table["sandbox"]["parts"] == {"kind": "none"}
     assert table["registry"]["parts"]["entry point"] == "envhub_locktest:Say"
     assert "locktest/say-v0" in envhub(site, "lock", ENV_ID).stderr  # the summary table, on stderr
@@ -126,8 +141,8 @@ def test_an_edited_plugin_file_is_refused_naming_the_component_and_file(site: Pa
     assert refused.returncode != 0
     assert f"{ENV_ID} no longer runs on what {path.name} pins" in refused.stderr
     assert "code changed: envhub_locktest/__init__.py changed" in refused.stderr
-    assert "grader changed: envhub_locktest/__init__.py changed" in refused.stderr
     assert "data changed" not in refused.stderr and "sandbox changed" not in refused.stderr
+    assert "core changed" not in refused.stderr
     assert (
         f"re-lock with `envhub lock {ENV_ID} --out {path.name}` if the change is intended" in refused.stderr
     )
@@ -138,6 +153,116 @@ def test_an_edited_plugin_file_is_refused_naming_the_component_and_file(site: Pa
     refused = envhub(site, "rollout", ENV_ID, "--locked", path.name)
     assert "data changed: envhub_locktest/words.txt changed" in refused.stderr
     assert "envhub_locktest/extra.py added" in refused.stderr
+
+
+def wrong_answers(site: Path) -> str:
+    """A scripted policy that answers every episode with a word that is never the one asked for."""
+    script = site.parent / "wrong.json"
+    script.write_text(json.dumps(["banana"]))
+    return f"scripted:{script}"
+
+
+def test_an_edited_reward_aggregator_is_refused_naming_the_file(site: Path) -> None:
+    """The red team's edit (issue 28): the weighted sum of components made to pay at least 1.0. It
+    really pays 1.0 for wrong answers, and `--locked` refuses to run it, naming envhub's file."""
+    path = lock(site, ENV_ID)
+    wrong = wrong_answers(site)
+    ran = envhub(
+        site, "rollout", ENV_ID, "-n", "2", "--policy", wrong, "--locked", path.name, "--out", "honest"
+    )
+    assert ran.returncode == 0, ran.stderr  # the unchanged tree passes
+    assert [e.reward for e in read_episodes(site.parent / "honest")] == [0.0, 0.0]
+
+    aggregator = site / "envhub" / "authoring" / "rewards.py"
+    text = aggregator.read_text()
+    assert text.count("    return total, components\n") == 1
+    aggregator.write_text(
+        text.replace(
+            "    return total, components\n", "    total = max(total, 1.0)\n    return total, components\n"
+        )
+    )
+    refused = envhub(
+        site, "rollout", ENV_ID, "-n", "2", "--policy", wrong, "--locked", path.name, "--out", "run"
+    )
+    assert refused.returncode != 0
+    assert "core changed: envhub/authoring/rewards.py changed" in refused.stderr
+    assert "code changed" not in refused.stderr and "data changed" not in refused.stderr
+    assert not (site.parent / "run").exists()
+
+    paid = envhub(site, "rollout", ENV_ID, "-n", "2", "--policy", wrong, "--out", "unlocked")
+    assert paid.returncode == 0, paid.stderr  # the edit is a real attack: unlocked, wrong answers pay 1.0
+    assert [e.reward for e in read_episodes(site.parent / "unlocked")] == [1.0, 1.0]
+
+
+def test_an_edited_runner_file_or_an_added_core_module_is_refused(site: Path) -> None:
+    """Not only the files that score: the runner that stores the reward, and a module dropped in."""
+    path = lock(site, ENV_ID)
+    runner = site / "envhub" / "rollout" / "runner.py"
+    runner.write_text(runner.read_text() + "\n# an edit\n")
+    (site / "envhub" / "grading" / "extra.py").write_text("")
+    refused = envhub(site, "rollout", ENV_ID, "-n", "1", "--locked", path.name)
+    assert refused.returncode != 0
+    assert "core changed: envhub/grading/extra.py added; envhub/rollout/runner.py changed" in refused.stderr
+
+
+def test_the_whole_plugin_distribution_is_pinned_wheel_or_editable(site: Path, tmp_path: Path) -> None:
+    """A second package of the env's distribution, which no entry point names, is pinned from the
+    RECORD a wheel leaves, and so is an envhub plugin it requires (as envhub-humaneval requires
+    envhub-code); an editable install (RECORD lists a .pth only) is read from its source folder,
+    found where Python imports it. A library it requires that is not built on envhub is not pinned."""
+    helpers = site / "envhub_locktest_helpers"
+    helpers.mkdir()
+    (helpers / "__init__.py").write_text("def normalise(text: str) -> str:\n    return text.strip()\n")
+    info = site / "envhub_locktest-0.1.dist-info"
+    (info / "RECORD").write_text(
+        "envhub_locktest/__init__.py,,\nenvhub_locktest/words.txt,,\n"
+        "envhub_locktest_helpers/__init__.py,,\nenvhub_locktest-0.1.dist-info/RECORD,,\n"
+    )
+    requires = "Requires-Dist: envhub-core>=0.1\nRequires-Dist: envhub_LockGrader\nRequires-Dist: locklib\n"
+    (info / "METADATA").write_text((info / "METADATA").read_text() + requires)
+    for name, needs in (("envhub_lockgrader", "Requires-Dist: envhub-core\n"), ("locklib", "")):
+        (site / f"{name}-1.0.dist-info").mkdir()
+        (site / f"{name}-1.0.dist-info" / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n{needs}"
+        )
+        (site / f"{name}-1.0.dist-info" / "top_level.txt").write_text(f"{name}\n")
+        (site / f"{name}.py").write_text("def grade(answer: str) -> float:\n    return 0.0\n")
+    path = lock(site, ENV_ID)
+    code = tomllib.loads(path.read_text())["envs"][ENV_ID]["code"]["parts"]
+    assert code.keys() == {
+        "envhub_locktest/__init__.py",
+        "envhub_locktest_helpers/__init__.py",
+        "envhub_lockgrader.py",
+    }
+    (helpers / "__init__.py").write_text("def normalise(text: str) -> str:\n    return 'apple'\n")
+    (site / "envhub_lockgrader.py").write_text("def grade(answer: str) -> float:\n    return 1.0\n")
+    refused = envhub(site, "rollout", ENV_ID, "-n", "1", "--locked", path.name)
+    assert refused.returncode != 0
+    assert (
+        "code changed: envhub_lockgrader.py changed; envhub_locktest_helpers/__init__.py changed"
+        in refused.stderr
+    )
+
+    # editable: the package lives in the project and the RECORD names only a .pth; Python reads a .pth
+    # only in site-packages, so the project's folder goes on the path as that .pth would put it
+    source = tmp_path / "src"
+    shutil.move(site / "envhub_locktest", source / "envhub_locktest")
+    (site / "_envhub_locktest.pth").write_text(f"{source}\n")
+    (info / "RECORD").write_text("_envhub_locktest.pth,,\nenvhub_locktest-0.1.dist-info/RECORD,,\n")
+    shutil.rmtree(helpers)
+    (info / "METADATA").write_text((info / "METADATA").read_text().replace(requires, ""))
+    result = subprocess.run(
+        [sys.executable, "-m", "envhub", "lock", ENV_ID],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(source)]), "COLUMNS": "200"},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    parts = tomllib.loads(result.stdout)["envs"][ENV_ID]
+    assert parts["code"]["parts"].keys() == {"envhub_locktest/__init__.py"}
+    assert parts["data"]["parts"].keys() == {"envhub_locktest/words.txt"}
 
 
 def test_episodes_carry_the_hash_they_ran_under_and_show_displays_it(site: Path) -> None:
@@ -236,8 +361,11 @@ def test_a_hand_edited_or_foreign_lockfile_is_refused(tmp_path: Path) -> None:
         ValueError, match="the combined and sandbox hashes of arithmetic-v0 do not match its parts"
     ):
         read(path)
-    path.write_text(text.replace("version = 1", "version = 7"))
+    path.write_text(text.replace("version = 2", "version = 7"))
     with pytest.raises(ValueError, match="lockfile version 7"):
+        read(path)
+    path.write_text(text.replace("version = 2", "version = 1"))  # before envhub-core was pinned whole
+    with pytest.raises(ValueError, match="lockfile version 1; this envhub reads version 2: write it again"):
         read(path)
 
 

