@@ -7,6 +7,7 @@ import random
 from collections.abc import Callable
 
 import envhub
+from envhub.grading.hedges import HEDGE_NOTE, extra_candidates
 from envhub.messages import Message, ToolCall
 from envhub_games.answers import last_integer
 
@@ -32,10 +33,12 @@ class Arithmetic(envhub.ToolEnv):
         self.steps = steps
         self.start = 0
         self.plan: list[tuple[str, int]] = []
+        self.reward_notes: dict[str, str] = {}
 
     def setup(self, rng: random.Random) -> str:
         self.start = rng.randint(100, 999)
         self.plan = [(rng.choice(list(OPERATIONS)), rng.randint(2, 99)) for _ in range(self.steps)]
+        self.reward_notes = {}
         phrases = ", then ".join(OPERATIONS[op][0].format(n=n) for op, n in self.plan)
         return f"Start with {self.start}; {phrases}. What is the result?"
 
@@ -77,8 +80,16 @@ class Arithmetic(envhub.ToolEnv):
         return a * b
 
     @envhub.reward
-    def exact(self, answer: str) -> float:
-        return float(last_integer(answer) == self.result)
+    def exact(self, answer: str, messages: list[Message]) -> float:
+        """1 when the reply's last integer is the result; a reply whose last line names other numbers
+        beside it that neither the question nor a tool gave ("865 or 866") scores 0 with a note."""
+        if last_integer(answer) != self.result:
+            return 0.0
+        given = [m.text for m in messages if m.text != answer]
+        if extra_candidates(answer, given):
+            self.reward_notes["exact"] = HEDGE_NOTE
+            return 0.0
+        return 1.0
 
     @envhub.reward(weight=0.0)
     def tool_calls(self, messages: list[Message]) -> float:

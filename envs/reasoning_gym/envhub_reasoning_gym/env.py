@@ -168,6 +168,8 @@ class ReasoningGymEnv(envhub.SingleTurnEnv):
         self.index = 0
         self.entry: dict[str, Any] = {}
         self.reward_notes: dict[str, str] = {}
+        self._scored: tuple[str, float] | None = None
+        """The last reply scored and its score: `score` and `partial_credit` grade it once."""
 
     @classmethod
     def _checked(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -220,6 +222,7 @@ class ReasoningGymEnv(envhub.SingleTurnEnv):
         self.index = self.seed % self.size
         self.entry = generate(self.dataset, self.dataset_name, self.index)
         self.reward_notes = {}
+        self._scored = None
         return str(self.entry["question"])
 
     def reset_info(self) -> dict[str, Any]:
@@ -228,14 +231,26 @@ class ReasoningGymEnv(envhub.SingleTurnEnv):
     @envhub.reward
     def score(self, answer: str) -> float:
         """Reasoning Gym's own score_answer for the reply's last <answer> block (None without one), except
-        where `guards` says otherwise: a hedge scores 0, and a scorer that accepts anything is replaced."""
+        where `guards` says otherwise: a hedge scores 0, a scorer that accepts anything is replaced, and
+        in `guards.FULL_MARKS_ONLY` (partial credit that pays constants) only full marks count."""
+        value = self.partial_credit(answer)
+        source = self.entry.get("metadata", {}).get("source_dataset", self.dataset_name)
+        return value if value >= 1.0 or source not in guards.FULL_MARKS_ONLY else 0.0
+
+    @envhub.reward(weight=0.0)
+    def partial_credit(self, answer: str) -> float:
+        """Recorded: the dataset's own score under envhub's guards, partial credit included (the reward
+        where the dataset is not in `guards.FULL_MARKS_ONLY`)."""
+        if self._scored is not None and self._scored[0] == answer:
+            return self._scored[1]
         try:
             value, note = guards.score(self.dataset, extract_answer(answer), self.entry)
         except Exception as exc:  # the dataset's scorer crashed on this reply: a wrong answer, not an env bug
             self.reward_notes["score"] = f"score_answer raised {type(exc).__name__}: {exc}; scored 0"
-            return 0.0
+            value, note = 0.0, None
         if note is not None:
             self.reward_notes["score"] = note
+        self._scored = (answer, value)
         return value
 
     @envhub.reward(weight=0.0)

@@ -31,11 +31,29 @@ from typing import Any
 from reasoning_gym.dataset import ProceduralDataset  # type: ignore[import-untyped]
 from reasoning_gym.factory import DATASETS  # type: ignore[import-untyped]
 
+from envhub.grading import hedges
+
 CONTAINMENT_CREDIT = {"codeio", "manipulate_matrix", "tsumego"}
 """Datasets with a custom scorer that also pays `len(answer) / len(reply)` for a reply containing the
 answer (besides every dataset that keeps the default scorer, found by `pays_containment`)."""
 
 HEDGE_NOTE = "the reply holds the answer among other text (a hedge, not an answer); scored 0"
+
+
+FULL_MARKS_ONLY = frozenset(
+    """advanced_geometry arc_agi boxnet calendar_arithmetic chain_sum codeio coin_flip color_cube_rotation
+    complex_arithmetic countdown emoji_mystery figlet_font fraction_simplification futoshiki graph_color
+    group_anagrams gsm_symbolic jugs knight_swap letter_jumble palindrome_generation polynomial_equations
+    power_function prime_factorization products propositional_logic rearc rectangle_count rubiks_cube
+    rush_hour sentence_reordering spell_backward time_intervals tsumego word_sorting""".split()  # noqa: SIM905
+)
+"""Datasets whose partial credit pays a reply that reads nothing of the question: some of the 30 constants
+of benchmarks/constant_sweep.py earned more than their base rate (the share of items they are the answer
+to) over 20 seeds: rectangle_count's closeness credit 0.40 for "5" (right on 5% of items),
+polynomial_equations' 0.35 for "0" (right on 20%), time_intervals' 0.11, propositional_logic's 0.09 for any
+conclusion, figlet_font's and spell_backward's character credit, and 0.01-0.05 for the format alone in
+the rest. There the reward pays full marks only; the dataset's own score stays in the `partial_credit`
+component (weight 0). Datasets not listed keep their partial credit: no constant earns it."""
 
 
 def pays_containment(name: str) -> bool:
@@ -47,12 +65,16 @@ def _squashed(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
-def is_hedge(answer: str | None, oracle: Any) -> bool:
-    """Whether `answer` contains the item's answer and more (case and runs of spaces aside)."""
+def is_hedge(answer: str | None, oracle: Any, *, any_more: bool = False) -> bool:
+    """Whether `answer` contains the item's answer and more words or numbers (case, runs of spaces and
+    punctuation aside): "True False", the right list followed by another, the answer twice. With
+    `any_more` (a scorer paying `len(answer) / len(reply)`) any more text counts, punctuation too."""
     if not isinstance(answer, str) or not isinstance(oracle, str) or not oracle.strip():
         return False
     said, right = _squashed(answer), _squashed(oracle)
-    return right in said and said != right
+    if right not in said or said == right:
+        return False
+    return any_more or any(c.isalnum() for c in said.replace(right, " ", 1))
 
 
 def game_of_life_halting(answer: str | None, entry: dict[str, Any]) -> float:
@@ -104,7 +126,16 @@ EXTRA_NOTE = (
 
 
 def score(dataset: ProceduralDataset, answer: str | None, entry: dict[str, Any]) -> tuple[float, str | None]:
-    """The reply's score, and a note when envhub's rule, not the dataset's, decided it."""
+    """The reply's score, and a note when envhub's rule, not the dataset's, decided it: a reply that
+    names several candidate answers, one of them right, scores 0 (`envhub.grading.hedges`)."""
+    value, note = graded(dataset, answer, entry)
+    if value > 0.0 and hedges.hedged(answer, lambda part: graded(dataset, part, entry)[0]):
+        return 0.0, hedges.HEDGE_NOTE
+    return value, note
+
+
+def graded(dataset: ProceduralDataset, answer: str | None, entry: dict[str, Any]) -> tuple[float, str | None]:
+    """`score` without the rule for several candidates: the dataset's scorer under envhub's guards."""
     source = entry.get("metadata", {}).get("source_dataset", "")
     if source in PARSES_REPLY and not plain_math(answer, names=source not in ARITHMETIC_ONLY):
         return 0.0, RUNS_NOTE
@@ -115,8 +146,8 @@ def score(dataset: ProceduralDataset, answer: str | None, entry: dict[str, Any])
     if check is not None and not check(answer, entry):
         return 0.0, EXTRA_NOTE
     official = float(dataset.score_answer(answer, entry))
-    paid = 0.0 < official < 1.0 and source in DATASETS and pays_containment(source)
-    if paid and is_hedge(answer, entry.get("answer")):
+    share = 0.0 < official < 1.0 and source in DATASETS and pays_containment(source)
+    if official > 0.0 and is_hedge(answer, entry.get("answer"), any_more=share):
         return 0.0, HEDGE_NOTE
     return official, None
 

@@ -108,7 +108,8 @@ async def test_the_answer_is_the_last_answer_block_as_reasoning_gym_reads_it() -
 
 
 async def test_partial_credit_is_the_datasets_own_unless_it_pays_a_hedge() -> None:
-    """letter_jumble's credit for the words in place is kept; the default scorer's len(answer)/len(reply)
+    """mini_sudoku's credit for a partly right grid is kept; letter_jumble's (which also paid a long
+    constant string) is recorded in `partial_credit` only; the default scorer's len(answer)/len(reply)
     for a reply that contains the answer is not (test_rgym_reward_hacks)."""
     env = envhub.make(env_id("letter_jumble"))
     await env.reset(seed=0)
@@ -116,7 +117,15 @@ async def test_partial_credit_is_the_datasets_own_unless_it_pays_a_hedge() -> No
     dataset_says = env.dataset.score_answer(" ".join(["xyzzy", *words[1:]]), env.entry)  # type: ignore[attr-defined]
     assert 0.0 < dataset_says < 1.0
     result = await reply("letter_jumble", "<answer>" + " ".join(["xyzzy", *words[1:]]) + "</answer>")
-    assert result.reward == pytest.approx(dataset_says)
+    assert result.info["reward_components"]["partial_credit"] == pytest.approx(dataset_says)
+    assert result.reward == 0.0  # letter_jumble's credit also paid a constant: guards.FULL_MARKS_ONLY
+    sudoku = envhub.make(env_id("mini_sudoku"))
+    await sudoku.reset(seed=0)
+    grid = sudoku.entry["answer"]  # type: ignore[attr-defined]
+    partly = grid.replace(grid[0], "1" if grid[0] != "1" else "2", 1)
+    own = sudoku.dataset.score_answer(partly, sudoku.entry)  # type: ignore[attr-defined]
+    assert 0.0 < own < 1.0
+    assert (await reply("mini_sudoku", f"<answer>{partly}</answer>")).reward == pytest.approx(own)
     caesar = envhub.make(env_id("caesar_cipher"))
     await caesar.reset(seed=0)
     right = caesar.entry["answer"]  # type: ignore[attr-defined]

@@ -6,7 +6,12 @@ Each must score what an honest grader gives a wrong answer (0), while the refere
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -151,3 +156,82 @@ async def test_a_reply_that_answers_no_item_scores_zero(name: str, reply: str) -
         result = await env.step(f"<answer>{reply}</answer>")
         assert result.reward == 0.0, (seed, right)
     assert paid >= 3  # the dataset's own scorer gives it full marks on most items
+
+
+SEVERAL_PAID = [
+    "advanced_geometry",
+    "chain_sum",
+    "fraction_simplification",
+    "futoshiki",
+    "gsm_symbolic",
+    "letter_jumble",
+    "polynomial_equations",
+    "products",
+    "rush_hour",
+    "sokoban",
+    "spell_backward",
+    "sudoku",
+    "time_intervals",
+    "word_sorting",
+]
+"""Datasets whose own scorer paid a reply naming the answer and another item's answer ("28080 or
+28081"): 1.0 in ten of them (the scorer reads the first or the last candidate, or drops the rest), a
+share in the others, though docs/rewards.md said such a reply scores 0."""
+SEVERAL = [
+    "{wrong} or {right}",
+    "{right} or {wrong}",
+    "{right}, {wrong}",
+    "either {wrong} or {right}",
+    "{wrong}\n{right}",
+]
+
+
+@pytest.mark.parametrize("name", SEVERAL_PAID)
+async def test_a_reply_naming_several_answers_scores_zero_with_a_note(name: str) -> None:
+    paid = 0
+    for seed in range(3):
+        for form in SEVERAL:
+            env, right, wrong = await played(name, seed)
+            reply = form.format(right=right, wrong=wrong)
+            before = env.dataset.score_answer(reply, env.entry)  # type: ignore[attr-defined]
+            paid += before > 0
+            result = await env.step(f"<answer>{reply}</answer>")
+            assert result.reward == 0.0, (seed, form, result.info["reward_components"])
+            if before > 0:
+                assert "score" in result.info.get("reward_notes", {}), (seed, form)
+    assert paid >= 1  # the dataset's own scorer pays at least one of these
+
+
+@functools.cache
+def _sweep() -> ModuleType:
+    """benchmarks/constant_sweep.py, whose 30 constants and base rate these tests share."""
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "constant_sweep.py"
+    spec = importlib.util.spec_from_file_location("constant_sweep", path)
+    assert spec is not None and spec.loader is not None, f"{path} is missing"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_rectangle_counts_closeness_credit_no_longer_pays_a_constant() -> None:
+    """Its scorer pays 0.8 * (1 - distance / 5) for a count within 4: "5" averaged 0.40 over 20 seeds,
+    right on 1 of them."""
+    env = envhub.make(env_id("rectangle_count"))
+    total, credit, right = 0.0, 0.0, 0
+    for seed in range(20):
+        await env.reset(seed=seed)
+        result = await env.step("<answer>5</answer>")
+        total += result.reward
+        credit += result.info["reward_components"]["partial_credit"]
+        right += env.entry["answer"] == "5"  # type: ignore[attr-defined]
+    assert total == right  # full marks where "5" is the count, nothing elsewhere
+    assert credit / 20 > 0.3  # the dataset's own closeness credit, still recorded
+
+
+@pytest.mark.parametrize("name", sorted(DATASETS))
+async def test_no_constant_earns_more_than_its_base_rate(name: str) -> None:
+    """Each of the sweep's 30 constants, on 4 seeds: paid no more than the share of items it answers."""
+    sweep = _sweep()
+    row = await sweep.reasoning_gym_row(name, 4)
+    assert not row.paid(), {c: (row.means[c], row.rates[c]) for c in row.paid()}

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import random
+import re
 
 import envhub
+from envhub.grading.hedges import HEDGE_NOTE, answer_line, extra_candidates
 from envhub.messages import ContentPart, ImagePart, Message, TextPart, user
-from envhub_vision.tasks import KINDS, VisionTask
+from envhub_vision.tasks import CODE_ALPHABET, KINDS, VisionTask, integers
+
+_CODE = re.compile(rf"(?<![A-Z0-9])[{CODE_ALPHABET}]{{6}}(?![A-Z0-9])")
 
 
 class Vision(envhub.SingleTurnEnv):
@@ -23,10 +27,12 @@ class Vision(envhub.SingleTurnEnv):
         self.kind = kind
         self.width, self.height = width, height
         self.task: VisionTask | None = None
+        self.reward_notes: dict[str, str] = {}
 
     def setup(self, rng: random.Random) -> list[Message]:
         kind = self.kind or rng.choice(sorted(KINDS))
         self.task = KINDS[kind](rng, self.width, self.height)
+        self.reward_notes = {}
         content: list[ContentPart] = [TextPart(text=self.task.question)]
         content += [ImagePart(data=image) for image in self.task.images]
         return [user(content)]
@@ -37,8 +43,25 @@ class Vision(envhub.SingleTurnEnv):
 
     @envhub.reward
     def correct(self, answer: str) -> float:
+        """1 when the task's grader accepts the reply; a reply whose answer line names more candidate
+        answers than an answer holds ("0 or 1", two codes) scores 0 with a note."""
         assert self.task is not None
-        return float(self.task.grade(answer))
+        if not self.task.grade(answer):
+            return 0.0
+        if self.hedged(answer):
+            self.reward_notes["correct"] = HEDGE_NOTE
+            return 0.0
+        return 1.0
+
+    def hedged(self, answer: str) -> bool:
+        """Whether the answer line names several candidates: codes for read-text, else more numbers
+        than the answer holds (a grid cell's row and column are small numbers the question also names,
+        so none is excused for being in the question)."""
+        assert self.task is not None
+        if self.task.kind == "read-text":
+            return len(set(_CODE.findall(answer_line(answer).upper()))) > 1
+        needed = len(integers(self.task.answer.replace(":", " ")))
+        return extra_candidates(answer, [], needed)
 
     def reference_action(self, messages: list[Message]) -> envhub.Action:
         assert self.task is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from envhub_vision import KINDS
+from envhub_vision.tasks import integers
 
 import envhub
 
@@ -19,3 +20,26 @@ async def test_a_number_too_long_to_convert_scores_zero(kind: str, digits: int) 
     await env.reset(seed=0)
     result = await env.step(f"1, {'9' * digits}")
     assert result.terminated and result.reward == 0.0
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+async def test_a_reply_naming_several_answers_scores_zero_with_a_note(kind: str) -> None:
+    """The graders read the last number(s) or the code at the end, so "0 or 1" scored 1.0 on every
+    count of 1: a reply committing to several answers is paid as if it had committed to one."""
+    env = envhub.make("vision", kind=kind)
+    await env.reset(seed=0)
+    right = env.task.answer  # type: ignore[attr-defined]
+    wrong = (
+        "XYW479" if kind == "read-text" else ", ".join(str(n + 1) for n in integers(right.replace(":", " ")))
+    )
+    if kind == "read-clock":
+        wrong = (
+            right.replace(":", ":1")
+            if len(right.split(":")[1]) == 1
+            else f"{int(right.split(':')[0]) % 12 + 1}:00"
+        )
+    hedge = await env.step(f"{wrong} or {right}")
+    assert hedge.reward == 0.0 and "more than one candidate" in hedge.info["reward_notes"]["correct"]
+    await env.reset(seed=0)
+    committed = await env.step(f"I see it.\nThe answer is {right}")
+    assert committed.reward == 1.0 and "reward_notes" not in committed.info
