@@ -75,7 +75,7 @@ test: prerequisites lint
 	$(MAKE) test-vllm
 	$(MAKE) test-verifiers
 
-# The sandbox and rollout suites as on a shared host: two runs at once, then one beside a CPU hog.
+# The sandbox, rollout and replay suites as on a shared host: two runs at once, then one beside a CPU hog.
 test-shared-host: prerequisites install
 	bash tests/shared-host.sh
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The sandbox and rollout suites as on a shared host: two runs at once, then one beside a CPU hog that
-# keeps every core busy. All must pass: no test there may depend on having the machine to itself (its
+# The sandbox, rollout and replay suites as on a shared host: two runs at once, then one beside a CPU hog
+# that keeps every core busy. All must pass: no test there may depend on having the machine to itself (its
 # cgroups, its processes, its timing). `make test` runs this after the main suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUITES=(tests/sandbox tests/test_rollout.py tests/test_resume_cli.py tests/test_runner_limits.py
-        tests/test_fault_sandbox.py)
+        tests/test_fault_sandbox.py tests/test_replay.py)
 WORK="$(mktemp -d /tmp/envhub-shared-host.XXXXXX)"  # each run's own pytest folder and log
 hogs=()
 trap 'if ((${#hogs[@]})); then kill "${hogs[@]}" 2>/dev/null || true; fi' EXIT
