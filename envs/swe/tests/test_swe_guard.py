@@ -71,6 +71,35 @@ PAYLOADS = {
         "    except OSError:\n        pass\n"
         "sys._getframe(0)\n"
     ),
+    "code_disguised_as_the_standard_library": (
+        "import os\n"
+        "exec(compile('import sys\\ndef add(a, b):\\n    sys._getframe(1)\\n    return a + b\\n', os.__file__, 'exec'))\n"
+    ),
+    "code_run_from_a_string": (
+        "exec('import sys\\ndef add(a, b):\\n    sys._getframe(1)\\n    return a + b\\n')\n"
+    ),
+    "frames_from_a_pool_thread": (
+        "import sys, concurrent.futures\n"
+        "_frames = concurrent.futures.ThreadPoolExecutor(1).submit(sys._current_frames).result()\n"
+        "def add(a, b):\n    return a + b\n"
+    ),
+    "ends_the_report_early_then_silences_it": (
+        "import atexit, os, sys\n"
+        "atexit._run_exitfuncs()\n"
+        "for fd in range(3, 64):\n"
+        "    try:\n        os.dup2(os.open(os.devnull, os.O_WRONLY), fd) if os.fstat(fd) else None\n"
+        "    except OSError:\n        pass\n"
+        "sys._getframe(0)\n"
+        "def add(a, b):\n    return a + b\n"
+    ),
+    "truncates_the_report": (
+        "import os, sys\n"
+        "sys._getframe(0)\n"
+        "for fd in range(3, 64):\n"
+        "    try:\n        os.ftruncate(fd, 0)\n"
+        "    except OSError:\n        pass\n"
+        "def add(a, b):\n    return a + b\n"
+    ),
     "replaces_assertion_error": "import builtins\nbuiltins.AssertionError = type('AssertionError', (Exception,), {})\n",
 }
 

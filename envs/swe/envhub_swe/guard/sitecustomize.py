@@ -53,7 +53,8 @@ def _install():
         return
     report_stat = os.fstat(fd)
     pid = os.getpid()
-    state = {"seq": {}, "events": 0, "busy": set(), "seen": set(), "snapshots": {}, "tests": {}}
+    state = {"seq": {}, "events": 0, "busy": set(), "seen": set(), "snapshots": {}, "armed": False}
+    codes = set()  # code objects the submission ran through exec: theirs, whatever file name they claim
     stdlib = tuple(
         p for p in {os.path.dirname(os.__file__), os.path.dirname(threading.__file__)} if p
     )  # the standard library's folder (site-packages below it are not stdlib)
@@ -90,18 +91,37 @@ def _install():
         """The nearest frame on the stack that is not the standard library's: who asked for this."""
         for frame in frames(start):
             name = frame.f_code.co_filename
-            if not is_stdlib(name) and not name.startswith("<frozen"):
+            if frame.f_code in codes or (not is_stdlib(name) and not name.startswith("<frozen")):
                 return frame
         return None
 
     def submitted(frame):
-        return frame is not None and absolute(frame.f_code.co_filename) in submission
+        return frame is not None and (
+            frame.f_code in codes or absolute(frame.f_code.co_filename) in submission
+        )
 
     def any_submitted(start):
         for frame in frames(start):
-            if absolute(frame.f_code.co_filename) in submission:
+            if submitted(frame):
                 return frame
         return None
+
+    def adopt(code):
+        """Code the submission runs through exec is the submission's, and so is every function in it."""
+        todo = [code]
+        while todo:
+            item = todo.pop()
+            if item not in codes:
+                codes.add(item)
+                todo.extend(c for c in item.co_consts if isinstance(c, type(item)))
+
+    def disguised(filename):
+        """A file name that would make code pass for the standard library's, an installed package's,
+        the runner's or a test file's."""
+        if not isinstance(filename, str) or filename.startswith("<"):
+            return False
+        path = os.path.abspath(absolute(filename))
+        return path in tests or path.startswith(stdlib) or path.startswith(site_dirs)
 
     def record(event, detail, frame):
         where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
@@ -205,6 +225,11 @@ def _install():
             take_snapshots()
             import_hooks(caller)
             return
+        if event == "os.truncate" and args and (args[0] == fd or args[0] == config["report"]):
+            record(event, "of the guard's report", owner(sys._getframe(2)))
+            raise PermissionError("envhub: the guard's report cannot be truncated")
+        if event == "open" and not state["armed"] and args and isinstance(args[0], str):
+            state["armed"] = os.path.abspath(absolute(args[0])) in submission  # its first import
         if runner_in_repo and event not in ("ctypes.dlopen", "gc.get_referrers", "gc.get_objects"):
             return  # the repository is the runner: its own code does all of the below legitimately
         caller = sys._getframe(2)  # the frame that raised the event
@@ -214,6 +239,12 @@ def _install():
             responsible = owner(caller)
             if submitted(responsible):
                 record(event, "", responsible)
+            elif responsible is None and state["armed"]:
+                record(event, "from a thread or callback with only the standard library on its stack", caller)
+        elif event == "exec" and args and hasattr(args[0], "co_consts"):
+            responsible = owner(caller)
+            if submitted(responsible) or (responsible is None and state["armed"]):
+                adopt(args[0])
         elif event.startswith("ctypes."):
             responsible = owner(caller)
             if submitted(responsible):
@@ -234,12 +265,10 @@ def _install():
                 responsible = any_submitted(caller)
                 if responsible is not None:
                     record(event, path, responsible)
-        elif event == "compile" and len(args) >= 2:
-            filename = args[1]
-            if isinstance(filename, str) and absolute(filename) in tests:
-                responsible = any_submitted(caller)
-                if responsible is not None:
-                    record(event, "code compiled as the test file " + filename, responsible)
+        elif event == "compile" and len(args) >= 2 and disguised(args[1]):
+            responsible = any_submitted(caller)
+            if responsible is not None:
+                record(event, "code compiled under the name of " + args[1], responsible)
 
     def check_snapshots():
         changed = []
@@ -294,6 +323,21 @@ def _install():
         if os.getpid() != pid:
             return
         state["busy"].add(threading.get_ident())
+        try:  # at the interpreter's exit no Python frame is left below, and it is the main thread's
+            early = sys._getframe(1)
+        except ValueError:
+            early = None
+        if early is not None or threading.current_thread() is not threading.main_thread():
+            state["events"] += 1
+            write(
+                "event",
+                "the exit handlers were run before the exit (from {})".format(
+                    getattr(getattr(early, "f_code", None), "co_filename", "another thread")
+                ),
+            )
+            atexit.register(end)
+            state["busy"].discard(threading.get_ident())
+            return
         take_snapshots()
         problems = check_snapshots() + check_hooks()
         for problem in problems:
