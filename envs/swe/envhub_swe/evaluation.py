@@ -192,6 +192,7 @@ def grade_log(
     exit_code: int | None,
     canaries: Canaries | None = None,
     problem: str | None = None,
+    guard: str | None = None,
     **fields: object,
 ) -> GradeReport:
     """Grade the test command's output with the official rule: resolved iff every listed test passed.
@@ -199,12 +200,16 @@ def grade_log(
     `exit_code` is the test command's own exit status, observed outside the graded process tree. On
     top of the official rule a log is void (everything counts as not passed) when the command did not
     run to a normal end, the runner never printed its closing line, a canary misbehaved, or the exit
-    status contradicts a failure the log reports. None of these can void an honest run.
+    status contradicts a failure the log reports, or the test-process guard's verdict `guard` says the
+    run was tampered with. None of these can void an honest run. Every check still runs when another
+    voided the log, so the problem names each defense that caught it.
     """
     name = parser_name(instance.repo, instance.log_parser)
     statuses: dict[str, object] = dict(PARSERS[name](output)) if problem is None else {}
     if problem is None:
         problem = _distrust(name, output, statuses, exit_code, canaries)
+        if guard is not None:
+            problem = f"{problem}; {guard}" if problem is not None else guard
     void = problem is not None
     if canaries is not None:
         statuses = {t: s for t, s in statuses.items() if not canaries.owns(t)}

@@ -670,6 +670,7 @@ async def grade(
     note, output, exit_code = "", "", None
     log = ""
     guard_events: list[str] = []
+    guard_problem: str | None = None
     async with await runtime.open(guard=guarded) as sandbox:
         await _pristine_repo(sandbox, instance, workspace)
         guard = await _guard(sandbox, runtime, steps.test_command)
@@ -701,7 +702,9 @@ async def grade(
             else:
                 exit_code = test.exit_code
                 if guarded:
-                    problem, guard_events = watch.verdict(await _read_report(sandbox, watch.report_path))
+                    guard_problem, guard_events = watch.verdict(
+                        await _read_report(sandbox, watch.report_path)
+                    )
     if on_log is not None:
         on_log(log)
     return grade_log(
@@ -710,6 +713,7 @@ async def grade(
         exit_code=exit_code,
         canaries=canaries,
         problem=problem,
+        guard=guard_problem,
         canary=note,
         dropped_files=dropped,
         **_screening(filtered),
