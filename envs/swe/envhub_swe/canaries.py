@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import itertools
 import random
 import re
 import secrets
@@ -223,7 +224,7 @@ class _Listed:
     siblings: list[ast.FunctionDef]
     """The functions of its scope from it on, in order (a copy goes before it or after one of them)."""
     test_id: str
-    source: str
+    lines: _Lines
 
 
 def _locate(test_id: str, parser: str) -> tuple[str | None, str, str] | None:
@@ -265,7 +266,7 @@ def _functions(tree: ast.Module) -> dict[tuple[str, str], tuple[ast.FunctionDef,
     return {key: value for key, value in found.items() if seen[key] == 1}
 
 
-def _xfail_scopes(tree: ast.Module, source: str) -> set[str]:
+def _xfail_scopes(tree: ast.Module, lines: _Lines) -> set[str]:
     """Scopes whose tests a `pytestmark` or class decorator may mark as expected failures ("" = module)."""
     marked: set[str] = set()
     scopes: list[tuple[str, list[ast.stmt], list[ast.expr]]] = [("", tree.body, [])]
@@ -277,9 +278,7 @@ def _xfail_scopes(tree: ast.Module, source: str) -> set[str]:
             if isinstance(s, ast.Assign)
             and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in s.targets)
         ]
-        if any(
-            _NOT_PLAIN.search(ast.get_source_segment(source, n) or "xfail") for n in [*marks, *decorators]
-        ):
+        if any(_NOT_PLAIN.search(lines.segment(n)) for n in [*marks, *decorators]):
             marked.add(scope)
     if "" in marked:
         marked |= {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
@@ -313,13 +312,13 @@ def _body_nodes(node: ast.FunctionDef) -> list[ast.AST]:
     return found
 
 
-def _plain(listed: _Listed, source: str) -> bool:
+def _plain(listed: _Listed) -> bool:
     """A test a copy of which behaves like it: not expected to fail, skipped or parametrised, and not
     naming itself (a test reading its own name would see the copy's)."""
-    node = listed.node
-    if any(_NOT_PLAIN.search(ast.get_source_segment(source, d) or "xfail") for d in node.decorator_list):
+    node, lines = listed.node, listed.lines
+    if any(_NOT_PLAIN.search(lines.segment(d)) for d in node.decorator_list):
         return False
-    body = "".join(ast.get_source_segment(source, s) or "" for s in node.body)
+    body = lines.text(node.body[0].lineno, node.end_lineno or node.lineno).decode(errors="replace")
     return re.search(rf"\b{re.escape(node.name)}\b", body) is None
 
 
@@ -328,16 +327,25 @@ def _can_stop_early(node: ast.FunctionDef) -> bool:
 
 
 class _Lines:
-    """A source's lines as bytes, for splicing at ast's byte offsets."""
+    """A source's lines as bytes, for reading and splicing at ast's byte offsets (computed once: test
+    files run to thousands of lines, and every test of them is looked at)."""
 
     def __init__(self, source: str) -> None:
         self.lines = source.encode().splitlines(keepends=True)
+        self.starts = [0, *itertools.accumulate(len(line) for line in self.lines)]
+        self.data = b"".join(self.lines)
 
-    def offset(self, lineno: int, col: int, first: int) -> int:
-        return sum(len(line) for line in self.lines[first - 1 : lineno - 1]) + col
+    def offset(self, lineno: int, col: int, first: int = 1) -> int:
+        return self.starts[lineno - 1] + col - self.starts[first - 1]
 
     def text(self, first: int, last: int) -> bytes:
-        return b"".join(self.lines[first - 1 : last])
+        return self.data[self.starts[first - 1] : self.starts[last]]
+
+    def segment(self, node: ast.AST) -> str:
+        """A node's source text, as `ast.get_source_segment` gives it."""
+        start = self.offset(node.lineno, node.col_offset)  # type: ignore[attr-defined]
+        end = self.offset(node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+        return self.data[start:end].decode(errors="replace")
 
 
 _Edit = tuple[int, int, bytes]
@@ -546,14 +554,14 @@ def plan(
     rng = rng or secrets.SystemRandom()
     listed_ids = set(fail_to_pass) | set(pass_to_pass)
     found: dict[str, list[_Listed]] = {}
-    trees: dict[str, ast.Module] = {}
     for path, source in sources.items():
         try:
-            trees[path] = tree = ast.parse(source)
+            tree = ast.parse(source)
         except (SyntaxError, ValueError):
             continue
         functions = _functions(tree)
-        xfail = _xfail_scopes(tree, source)
+        lines = _Lines(source)
+        xfail = _xfail_scopes(tree, lines)
         for test_id in pass_to_pass:
             where = _locate(test_id, parser)
             if where is None:
@@ -564,8 +572,8 @@ def plan(
             if (scope, name) not in functions or scope in xfail:
                 continue
             node, siblings = functions[(scope, name)]
-            listed = _Listed(path, scope, node, siblings, test_id, source)
-            if _plain(listed, source):
+            listed = _Listed(path, scope, node, siblings, test_id, lines)
+            if _plain(listed):
                 found.setdefault(path, []).append(listed)
     if parser == _SYMPY_PARSER:  # bare names: one defined in two files is not known to pass in both
         counts: dict[str, int] = {}
@@ -609,7 +617,7 @@ def _negatable(listed: _Listed) -> bool:
     """Whether a copy of the test can be made to fail: it runs to its last statement, an assertion."""
     if _can_stop_early(listed.node) or not listed.node.body:
         return False
-    return _negation(listed.node, _Lines(listed.source), random.Random(0)) is not None
+    return _negation(listed.node, listed.lines, random.Random(0)) is not None
 
 
 def _build(
@@ -625,7 +633,7 @@ def _build(
     taken = set(listed_ids) | {name for t in listed_ids if (name := _bare_name(t))}
     for listed, must_fail in chosen:
         source = sources[listed.file]
-        lines = _Lines(source)
+        lines = listed.lines
         node = listed.node
         vocabulary = sorted(
             {w for f in _all_test_names(source) for w in _words(f)[1:] if len(w) > 1 and not w.isdigit()}
