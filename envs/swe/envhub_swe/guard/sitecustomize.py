@@ -159,10 +159,10 @@ def _install():
         found = {}
         for attr, value in list(vars(module).items()):
             if callable(value) or isinstance(value, (property, staticmethod, classmethod)):
-                found[attr] = id(value)
+                found[attr] = value  # the objects themselves, compared with `is` (id() is audited)
                 if isinstance(value, type) and getattr(value, "__module__", None) == module.__name__:
                     for name, member in list(vars(value).items()):
-                        found[f"{attr}.{name}"] = id(member)
+                        found[f"{attr}.{name}"] = member
         return found
 
     def initialized(module):
@@ -173,11 +173,21 @@ def _install():
         name = getattr(module, "__file__", None)
         return isinstance(name, str) and absolute(name) in tests
 
+    examined = set()  # modules not watched, or watched and snapshotted: never looked at again
+
     def take_snapshots():
+        if len(sys.modules) == state.get("modules") and not state.get("pending"):
+            return  # nothing imported since the last look
+        state["modules"], state["pending"] = len(sys.modules), False
         for name, module in list(sys.modules.items()):
-            if name in state["snapshots"] or module is None or not initialized(module):
+            if name in examined:
                 continue
-            if is_runner(name) or test_module(module):
+            if module is None or not (is_runner(name) or test_module(module)):
+                examined.add(name)
+            elif not initialized(module):
+                state["pending"] = True
+            else:
+                examined.add(name)
                 try:
                     state["snapshots"][name] = (module, callables_of(module))
                 except Exception:  # a module whose attributes cannot be listed is not watched
@@ -280,8 +290,8 @@ def _install():
                 after = callables_of(module)
             except Exception:
                 continue
-            for attr, ident in before.items():
-                if after.get(attr, ident) != ident and not plugin_patch(module, attr):
+            for attr, value in before.items():
+                if after.get(attr, value) is not value and not plugin_patch(module, attr):
                     changed.append(f"{name}.{attr}")
         return changed
 
