@@ -39,9 +39,12 @@ _DJANGO_ID = re.compile(r"^(\S+) \(([\w.]+)\)$")
 _SYMPY_PARSER = "parse_log_sympy"
 _DJANGO_PARSER = "parse_log_django"
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
-_NOT_PLAIN = re.compile(r"xfail|skip|expectedfailure|slow|parametri[sz]e|flaky|fixture", re.IGNORECASE)
+_NOT_PLAIN = re.compile(
+    r"xfail|skip|expectedfailure|slow|parametri[sz]e|flaky|fixture|image_comparison|figures_equal",
+    re.IGNORECASE,
+)
 """Decorators after which a copy may not behave like a plain passing test (expected failures count as
-passes; skipped or parametrised copies carry other ids)."""
+passes; skipped or parametrised copies carry other ids; image tests name their files after the test)."""
 MUST_FAIL = 3
 MUST_PASS = 3
 MAX_FILES = 8
@@ -318,6 +321,8 @@ def _plain(listed: _Listed) -> bool:
     node, lines = listed.node, listed.lines
     if any(_NOT_PLAIN.search(lines.segment(d)) for d in node.decorator_list):
         return False
+    if ast.get_docstring(node) is not None:  # unittest's verbose runners print
+        return False  # a docstring's first line instead of the test's id: the copy's would be missing
     body = lines.text(node.body[0].lineno, node.end_lineno or node.lineno).decode(errors="replace")
     return re.search(rf"\b{re.escape(node.name)}\b", body) is None
 

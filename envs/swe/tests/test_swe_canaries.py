@@ -265,6 +265,34 @@ def test_sympy_canaries_are_functions_and_a_file_command_gets_no_selector() -> N
     assert named.extra_args == tuple(f"sympy/core/tests/test_x.py::{c.name}" for c in named.tests)
 
 
+def test_commands_that_name_single_tests_get_the_canaries_ids() -> None:
+    pytest_command = "pytest -rA tests/test_pkg.py::test_area_square tests/test_pkg.py::TestGreeting"
+    canaries = _plan(pytest_command, PYTEST_FILE, "tests/test_pkg.py", PYTEST_IDS, "parse_log_pytest", 3)
+    for c in canaries.tests:
+        in_class = "::TestGreeting::" in c.test_id
+        assert (c.selector in canaries.extra_args) is not in_class  # the class is already selected whole
+    assert command_with(pytest_command, canaries).startswith(pytest_command + " tests/test_pkg.py::test_")
+    django = "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 tests.test_pkg.AreaTests.test_square"
+    canaries = _plan(django, UNITTEST_FILE, "tests/test_pkg.py", UNITTEST_IDS, "parse_log_django", 1)
+    assert canaries.extra_args == tuple(c.selector for c in canaries.tests)
+    assert all(re.fullmatch(r"tests\.test_pkg\.\w+Tests\.test_\w+", label) for label in canaries.extra_args)
+    whole = "./tests/runtests.py --verbosity 2 --settings=test_sqlite --parallel 1 tests.test_pkg"
+    assert (
+        _plan(whole, UNITTEST_FILE, "tests/test_pkg.py", UNITTEST_IDS, "parse_log_django", 1).extra_args == ()
+    )
+
+
+def test_no_copyable_test_means_no_canaries_with_the_reason() -> None:
+    only_new = plan(
+        "pytest tests/test_pkg.py",
+        ["tests/test_pkg.py::test_area_square"],
+        [],
+        "parse_log_pytest",
+        {"tests/test_pkg.py": PYTEST_FILE},
+    )
+    assert isinstance(only_new, str) and "PASS_TO_PASS" in only_new
+
+
 @needs_lite
 def test_sympy_24909s_real_command_runs_its_file_whole_with_the_canaries() -> None:
     """Before: `PYTHONWARNINGS='ignore::...'` made the plan append `file::TestClass`, which sympy's runner
@@ -406,3 +434,25 @@ def test_every_swe_mini_gold_resolves_with_the_new_canaries_and_empty_does_not(r
     for result in results:
         assert result.gold_resolved and not result.empty_resolved, (result.instance_id, result.gold_summary)
         assert result.canary == "passed", (result.instance_id, result.canary)
+
+
+def test_django_ids_of_either_form_and_tests_with_docstrings() -> None:
+    """Django on Python 3.11 prints `name (module.Class.name)`; a test with a docstring is printed as its
+    docstring's first line, so a copy of it would go missing from the log: never copied."""
+    source = UNITTEST_FILE.replace(
+        "    def test_none(self):\n", '    def test_none(self):\n        """area of a unit square"""\n'
+    )
+    for new_form in (False, True):
+        ids = [
+            f"{n} (tests.test_pkg.AreaTests{'.' + n if new_form else ''})"
+            for n in ("test_square", "test_positive", "test_none")
+        ]
+        for seed in range(5):
+            canaries = _plan(
+                "./runtests.py tests.test_pkg", source, "tests/test_pkg.py", ids, "parse_log_django", seed
+            )
+            assert all(c.original != ids[2] for c in canaries.tests)
+            for c in canaries.tests:
+                tail = f".{c.name})" if new_form else "AreaTests)"
+                assert c.test_id == f"{c.name} (tests.test_pkg.AreaTests{'.' + c.name if new_form else ''})"
+                assert c.test_id.endswith(tail) and c.selector == f"tests.test_pkg.AreaTests.{c.name}"
