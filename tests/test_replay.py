@@ -132,11 +132,12 @@ def test_code_single_replays_its_hidden_test_grade(tmp_path: Path, monkeypatch: 
 def test_tool_use_batch_rescores_unchanged_without_a_sandbox(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The env's 5 s bound on one file command ran out while recording on a host at load 10 (two runs of
-    # this suite at once beside other work): a recording-time limit, not the replay this test is about.
-    monkeypatch.setattr("envhub_tools.env.FILE_TIMEOUT_S", 60.0)
+    # A 5 s bound on one file command ran out while recording on a host at load 10 (two runs of this
+    # suite at once beside other work): a recording-time limit, not the replay this test is about.
     run = tmp_path / "run"
-    episodes = record("tool-use-v0", load_policy("oracle"), run, tasks=3, kind="file-sum")
+    episodes = record(
+        "tool-use-v0", load_policy("oracle"), run, tasks=3, kind="file-sum", file_timeout_s=60.0
+    )
     assert all(e.reward == 1.0 for e in episodes)
     assert all(any(c.method == "exec" for c in e.recording.calls) for e in episodes if e.recording)
     with no_sandbox_starts(monkeypatch) as made:

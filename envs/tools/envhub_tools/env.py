@@ -28,8 +28,9 @@ from envhub_tools.tasks import KINDS, WORKDIR, Task, draw_task
 
 POLICY = IsolationPolicy(memory_mb=256, pids=64, cpus=1.0, wall_time_s=20, disk_mb=32, max_files=2_000)
 """Small limits: the tasks need a few kilobytes of files and a few seconds of Python."""
-FILE_TIMEOUT_S = 5.0
-"""A file tool that takes longer is stuck, not slow."""
+FILE_TIMEOUT_S = 15.0
+"""A file tool that takes longer is stuck, not slow: a call takes milliseconds, but a host loaded ten
+times over its cores made honest calls miss a 5 s bound (`file_timeout_s` sets it per env)."""
 PYTHON_TIMEOUT_S = 10.0
 MAX_READ_BYTES = 64 * 1024
 MAX_WRITE_BYTES = 1024 * 1024
@@ -57,10 +58,10 @@ def workspace_path(path: str) -> str:
     return resolved
 
 
-def _failed(result: ExecResult, path: str) -> OSError:
+def _failed(result: ExecResult, path: str, timeout_s: float) -> OSError:
     """The error a file command's failure means, worded for the agent."""
     if result.timed_out:
-        return TimeoutError(f"{path} could not be accessed within {FILE_TIMEOUT_S:g} s")
+        return TimeoutError(f"{path} could not be accessed within {timeout_s:g} s")
     lines = result.stderr.strip().splitlines()
     try:
         said = json.loads(lines[-1])
@@ -94,10 +95,15 @@ class ToolUse(envhub.ToolEnv):
         "When you are done, reply without calling a tool."
     )
 
-    def __init__(self, kind: str | None = None, *, max_turns: int | None = None) -> None:
+    def __init__(
+        self, kind: str | None = None, *, max_turns: int | None = None, file_timeout_s: float = FILE_TIMEOUT_S
+    ) -> None:
         if kind is not None and kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}; choose one of {', '.join(KINDS)} (or none for all)")
+        if file_timeout_s <= 0:
+            raise ValueError(f"file_timeout_s must be positive, got {file_timeout_s}")
         super().__init__(max_turns=max_turns)
+        self.file_timeout_s = file_timeout_s
         self.kind = kind
         self.corpus = load_corpus()
         self._task: Task | None = None
@@ -246,9 +252,9 @@ class ToolUse(envhub.ToolEnv):
         """
         rel = posixpath.relpath(workspace_path(path), WORKDIR)
         argv = ["python3", "-I", "-S", "-c", _FILES, op, WORKDIR, rel, path, str(MAX_READ_BYTES + 1)]
-        result = await self.sandbox.exec(argv, stdin=stdin, timeout=FILE_TIMEOUT_S)
+        result = await self.sandbox.exec(argv, stdin=stdin, timeout=self.file_timeout_s)
         if not result.ok:
-            raise _failed(result, path)
+            raise _failed(result, path, self.file_timeout_s)
         return result.stdout
 
     async def _read(self, path: str) -> bytes:
