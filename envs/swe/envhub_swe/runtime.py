@@ -36,7 +36,7 @@ from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
 from envhub_swe.canaries import Canaries, candidates, command_with, plan, to_read
 from envhub_swe.data import MINI_DATA, Instance
 from envhub_swe.evaluation import END, START, EvalSteps, GradeReport, adapt_eval_script, grade_log
-from envhub_swe.monitor import scan
+from envhub_swe.monitor import added_lines, scan
 from envhub_swe.parsers import parser_name
 from envhub_swe.patches import (
     RUNNER_MODULES,
@@ -629,6 +629,26 @@ async def _add_canaries(
     return chosen, ""
 
 
+async def _changed_lines(sandbox: Sandbox, filtered: FilteredPatch) -> dict[str, list[int] | None]:
+    """The lines the applied submission added or changed in each file it kept, numbered in the file as
+    graded (None: a new file, every line). Read from git after applying, not from the patch's headers,
+    which `patch --fuzz` may have applied elsewhere."""
+    added = {s.new_path for s in parse_patch(filtered.kept) if s.old_path is None and s.new_path}
+    changed: dict[str, list[int] | None] = {path: None for path in added}
+    tracked = [p for p in filtered.kept_paths if p not in added]
+    if tracked:
+        diff = await sandbox.exec(
+            ["git", "-C", TESTBED, "diff", "--no-ext-diff", "--no-textconv", "--no-color", "--no-renames",
+             "-U0", "HEAD", "--", *tracked],
+            env=_GIT_NO_CONFIG,
+            timeout=120,
+        )  # fmt: skip
+        for section in parse_patch(diff.stdout) if diff.ok else []:
+            if section.new_path is not None:
+                changed[section.new_path] = [number for number, _ in added_lines(section.text)]
+    return changed
+
+
 async def _read_report(sandbox: Sandbox, path: str) -> bytes | None:
     try:
         return await sandbox.read_file(path)
@@ -676,8 +696,10 @@ async def grade(
         guard = await _guard(sandbox, runtime, steps.test_command)
         filtered, problem = await _checked_patch(sandbox, guard, patch)
         dropped = list(filtered.dropped) if filtered is not None else []
+        changed: dict[str, list[int] | None] = {}
         if problem is None and filtered is not None:
             problem = await _apply(sandbox, filtered.kept)
+            changed = await _changed_lines(sandbox, filtered) if problem is None else {}
         if problem is None:
             await sandbox.write_file("/tmp/envhub-eval-setup.sh", steps.setup)
             # stdout and stderr merged in order: with `set -x` the trace goes to stderr.
@@ -686,9 +708,10 @@ async def grade(
             canaries, note = await _add_canaries(sandbox, instance, steps, parser)
             command = steps.test_command if canaries is None else command_with(steps.test_command, canaries)
             watch = GuardRun(
-                submission=filtered.kept_paths if filtered is not None else (),
+                submission=tuple(changed),
                 tests=test_files(instance, steps.test_command, canaries),
                 root=TESTBED,
+                lines=changed,
             )
             await sandbox.write_file(watch.config_path, watch.config())
             script = steps.test_script("\n".join([*watch.shell_lines(), command]) if guarded else command)

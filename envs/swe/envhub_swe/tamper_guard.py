@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +49,9 @@ class GuardRun:
     tests: tuple[str, ...]
     """Repository paths of the test files (the test patch's, the listed tests', the canaries')."""
     root: str = "/testbed"
+    lines: Mapping[str, Sequence[int] | None] = field(default_factory=dict)
+    """The lines of each submitted file that the submission added or changed (absent or None: every
+    line): a submitted file's untouched lines are the repository's own code, trusted as such."""
     key: str = field(default_factory=lambda: secrets.token_hex(32))
     token: str = field(default_factory=lambda: secrets.token_hex(8))
 
@@ -68,6 +71,7 @@ class GuardRun:
                 "root": self.root,
                 "report": self.report_path,
                 "submission": list(self.submission),
+                "lines": {path: None if lines is None else list(lines) for path, lines in self.lines.items()},
                 "tests": list(self.tests),
                 "runner_in_repo": runner_in_repo(self.submission),
             }

@@ -113,9 +113,14 @@ def _repo(root: Path, package: str) -> None:
 
 
 def _graded(
-    root: Path, argv: list[str], python: str = sys.executable
+    root: Path, argv: list[str], python: str = sys.executable, lines: list[int] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], str | None, list[str]]:
-    watch = GuardRun(submission=("pkg/__init__.py",), tests=("tests/test_add.py",), root=str(root))
+    watch = GuardRun(
+        submission=("pkg/__init__.py",),
+        tests=("tests/test_add.py",),
+        root=str(root),
+        lines={"pkg/__init__.py": lines},
+    )
     config = Path(watch.config_path)
     config.write_bytes(watch.config())
     env = {
@@ -196,6 +201,21 @@ def test_standard_library_introspection_for_names_is_not_tampering(tmp_path: Pat
     _repo(tmp_path, package)
     done, problem, events = _graded(tmp_path, RUNNERS["pytest"])
     assert done.returncode == 0 and problem is None, events
+
+
+UNTOUCHED = "import sys\n\n\ndef caller():\n    return sys._getframe(2).f_code.co_name\n\n\n"
+"""A repository helper that reads a frame, in a file the submission changes elsewhere."""
+
+
+def test_a_submitted_file_s_untouched_lines_are_the_repository_s_own_code(tmp_path: Path) -> None:
+    """A fix to a file that already reads frames must not be voided by the lines it did not write."""
+    _repo(tmp_path, UNTOUCHED + "def add(a, b):\n    caller()\n    return a + b\n")
+    fixed = [8, 9, 10]  # the lines the submission wrote: `add`, calling the old helper
+    done, problem, events = _graded(tmp_path, RUNNERS["pytest"], lines=fixed)
+    assert done.returncode == 0 and problem is None, events
+    _repo(tmp_path / "tampered", UNTOUCHED + "def add(a, b):\n    sys._getframe(1)\n    return a + b\n")
+    _, problem, events = _graded(tmp_path / "tampered", RUNNERS["pytest"], lines=fixed)
+    assert problem is not None and any("__init__.py:9" in e for e in events), events
 
 
 def _other_pythons() -> list[str]:

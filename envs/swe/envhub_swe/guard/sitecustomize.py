@@ -45,6 +45,10 @@ def _install():
     key = bytes.fromhex(config["key"])
     root = config["root"]
     submission = frozenset(os.path.join(root, path) for path in config["submission"])
+    changed = {  # the lines each submitted file had added or changed; None: all of them (a new file)
+        os.path.join(root, path): None if lines is None else frozenset(lines)
+        for path, lines in (config.get("lines") or {}).items()
+    }
     tests = frozenset(os.path.join(root, path) for path in config["tests"])
     runner_in_repo = bool(config.get("runner_in_repo"))
     try:
@@ -96,9 +100,17 @@ def _install():
         return None
 
     def submitted(frame):
-        return frame is not None and (
-            frame.f_code in codes or absolute(frame.f_code.co_filename) in submission
-        )
+        """Whether the submission wrote the line this frame is at: a submitted file's untouched lines
+        are the repository's own code."""
+        if frame is None:
+            return False
+        if frame.f_code in codes:
+            return True
+        path = absolute(frame.f_code.co_filename)
+        if path not in submission:
+            return False
+        lines = changed.get(path)
+        return lines is None or frame.f_lineno in lines
 
     def any_submitted(start):
         for frame in frames(start):
