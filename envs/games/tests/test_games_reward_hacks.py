@@ -55,6 +55,7 @@ async def test_numbers_the_tools_gave_are_not_candidates() -> None:
         result = None
         for _ in range(3):
             action = env.reference_action(env.messages)  # type: ignore[attr-defined]
+            assert action is not None
             if isinstance(action, str):
                 tools = [m.text for m in env.messages if m.role == "tool"]  # type: ignore[attr-defined]
                 result = await env.step(f"{tools[0]}, then {action}")
