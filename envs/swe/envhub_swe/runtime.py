@@ -714,6 +714,8 @@ async def grade(
                 lines=changed,
             )
             await sandbox.write_file(watch.config_path, watch.config())
+            # Nothing of the grader's is left for the tests to read: the set-up script holds the test patch.
+            await sandbox.exec(["rm", "-f", "/tmp/envhub-eval-setup.sh", PATCH_FILE], timeout=30)
             script = steps.test_script("\n".join([*watch.shell_lines(), command]) if guarded else command)
             test = await sandbox.exec(["/bin/bash", "-c", "exec 2>&1; " + script])
             output = test.stdout

@@ -100,6 +100,23 @@ PAYLOADS = {
         "    except OSError:\n        pass\n"
         "def add(a, b):\n    return a + b\n"
     ),
+    "runs_the_tests_again_in_a_child": (
+        "import os, subprocess, sys\n"
+        "if not os.environ.get('CHILD'):\n"
+        "    subprocess.run([sys.executable, '-c', 'pass'], env=dict(os.environ, CHILD='1', PYTHONPATH=''))\n"
+        "def add(a, b):\n    return a + b\n"
+    ),
+    "reads_a_test_function_s_code": (
+        "import sys\n"
+        "def add(a, b):\n"
+        "    for m in list(sys.modules.values()):\n"
+        "        f = getattr(m, '__file__', '') or ''\n"
+        "        if f.endswith('test_add.py'):\n"
+        "            for v in vars(m).values():\n"
+        "                for fn in vars(v).values() if isinstance(v, type) else []:\n"
+        "                    getattr(fn, '__code__', None)\n"
+        "    return a + b\n"
+    ),
     "replaces_assertion_error": "import builtins\nbuiltins.AssertionError = type('AssertionError', (Exception,), {})\n",
 }
 

@@ -228,6 +228,10 @@ def _install():
         "sys.monitoring.register_callback", "sys._getframemodulename",
     }  # fmt: skip
     frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"}
+    spawns = {
+        "subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.fork", "os.forkpty", "os.spawn",
+        "pty.spawn", "_posixsubprocess.fork_exec",
+    }  # fmt: skip
 
     def hook(event, args):
         me = threading.get_ident()
@@ -267,6 +271,19 @@ def _install():
             responsible = owner(caller)
             if submitted(responsible) or (responsible is None and state["armed"]):
                 adopt(args[0])
+        elif event in spawns:
+            responsible = owner(caller)
+            if submitted(responsible):
+                record(
+                    event, "a process started by the submission, where the guard cannot follow", responsible
+                )
+        elif event == "object.__getattr__" and len(args) == 2 and args[1] == "__code__":
+            globals_ = getattr(args[0], "__globals__", None)
+            path = globals_.get("__file__") if isinstance(globals_, dict) else None
+            if isinstance(path, str) and os.path.abspath(absolute(path)) in tests:
+                responsible = owner(caller)
+                if submitted(responsible):
+                    record(event, "the compiled code of a test function read", responsible)
         elif event.startswith("ctypes."):
             responsible = owner(caller)
             if submitted(responsible):
