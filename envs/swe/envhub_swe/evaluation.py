@@ -218,8 +218,8 @@ def grade_log(
     resolved = not void and not (f2p.failed or f2p.missing or p2p.failed or p2p.missing)
     if problem is not None and problem.startswith("canary"):
         fields["canary"] = "void"
-    elif canaries is not None and not void:
-        fields["canary"] = "passed"
+    elif canaries is not None and (not void or (guard is not None and problem == guard)):
+        fields["canary"] = "passed"  # voided by the guard alone: the canaries themselves behaved
     return GradeReport(
         instance_id=instance.instance_id,
         resolved=resolved,

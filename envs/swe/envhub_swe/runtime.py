@@ -657,9 +657,10 @@ async def _read_report(sandbox: Sandbox, path: str) -> bytes | None:
 
 
 def test_files(instance: Instance, test_command: str, canaries: Canaries | None) -> tuple[str, ...]:
-    """The files whose reading or rewriting by the submission's code the guard records: the test patch's,
-    the files the listed tests and the test command name, and the canaries'."""
-    paths = {p for section in parse_patch(instance.test_patch) for p in section.paths}
+    """The files whose reading or rewriting by the submission's code the guard records: the test patch's
+    Python files, the files the test command names, and the canaries'. Not the test patch's data files:
+    the tests hand those to the code under test (flask's `Config.from_file("tests/static/config.toml")`)."""
+    paths = {p for section in parse_patch(instance.test_patch) for p in section.paths if p.endswith(".py")}
     paths |= {p for p in candidates(test_command) if p.endswith(".py")}
     if canaries is not None:
         paths.update(canaries.files)

@@ -235,6 +235,34 @@ def test_a_submitted_file_s_untouched_lines_are_the_repository_s_own_code(tmp_pa
     assert problem is not None and any("__init__.py:9" in e for e in events), events
 
 
+def test_data_the_runner_keeps_on_its_classes_may_change(tmp_path: Path) -> None:
+    """pytest 4-5 count compiled skip conditions on `Source._compilecounter`, and tests set
+    `unittest.TestCase.maxDiff`: class data is not an entry point, only code is compared at exit."""
+    _repo(tmp_path, FIXED)
+    test = tmp_path / "tests" / "test_add.py"
+    test.write_text(
+        test.read_text().replace("class TestAdd", "unittest.TestCase.maxDiff = 7\n\n\nclass TestAdd")
+    )
+    done, problem, events = _graded(tmp_path, RUNNERS["unittest"])
+    assert done.returncode == 0 and problem is None, events
+
+
+def test_the_guard_watches_test_code_not_the_data_the_tests_hand_over() -> None:
+    """flask's tests hand `tests/static/config.toml` to the fix, which opens it: that is no tampering."""
+    from envhub_swe.data import load_mini
+    from envhub_swe.runtime import test_files
+
+    instance = load_mini()[0]
+    data = "diff --git a/tests/static/config.toml b/tests/static/config.toml\nnew file mode 100644\n--- /dev/null\n+++ b/tests/static/config.toml\n@@ -0,0 +1 @@\n+a = 1\n"
+    files = test_files(
+        instance.model_copy(update={"test_patch": instance.test_patch + data}),
+        "pytest -rA tests/test_text.py",
+        None,
+    )
+    assert "tests/static/config.toml" not in files
+    assert "tests/test_text.py" in files
+
+
 def _other_pythons() -> list[str]:
     """Interpreters of other versions on this machine (pyenv's), the test environments' range."""
     root = Path.home() / ".pyenv" / "versions"

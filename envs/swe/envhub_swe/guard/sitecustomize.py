@@ -173,8 +173,9 @@ def _install():
             if callable(value) or isinstance(value, (property, staticmethod, classmethod)):
                 found[attr] = value  # the objects themselves, compared with `is` (id() is audited)
                 if isinstance(value, type) and getattr(value, "__module__", None) == module.__name__:
-                    for name, member in list(vars(value).items()):
-                        found[f"{attr}.{name}"] = member
+                    for name, member in list(vars(value).items()):  # code, not data the runner counts
+                        if callable(member) or isinstance(member, (property, staticmethod, classmethod)):
+                            found[f"{attr}.{name}"] = member
         return found
 
     def initialized(module):
@@ -211,7 +212,10 @@ def _install():
                 continue
             state["seen"].add(id(hook))
             code = getattr(hook, "__code__", None)
-            module = sys.modules.get(getattr(type(hook), "__module__", "") or "")
+            name = getattr(type(hook), "__module__", "") or ""
+            if runner_in_repo and is_runner(name):
+                continue  # the repository is the runner: pytest's own assertion rewriter, say
+            module = sys.modules.get(name)
             files = [getattr(code, "co_filename", ""), getattr(module, "__file__", "") or ""]
             if any(absolute(f) in submission for f in files if f):
                 record("import-hook", f"an import hook defined by the submission: {hook!r}", caller)
