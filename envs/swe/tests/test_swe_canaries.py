@@ -19,11 +19,9 @@ from envhub_swe.env import SWEMini
 from envhub_swe.evaluation import adapt_eval_script, grade_log
 from envhub_swe.parsers import parse_django, parse_pytest
 from envhub_swe.runtime import RuntimeKind, mini_workspace
+from test_swe_data import LITE, needs_lite  # one way to find the shared rows: $ENVHUB_SWE_BENCH_LITE first
 
 from envhub.messages import Message, ToolCall
-
-LITE = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "swe-bench-lite"
-needs_lite = pytest.mark.skipif(not (LITE / "test.parquet").exists(), reason="no Lite copy")
 
 PYTEST_FILE = """import pytest
 
