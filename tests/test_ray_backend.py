@@ -202,3 +202,29 @@ def test_cli_rejects_an_unknown_backend(tmp_path: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "unknown backend 'spark'; expected local, ray, auto or ray://HOST:PORT" in done.stderr
+
+
+def test_joining_a_cluster_retries_only_ray_client_s_server_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray Client's proxier can lose the server it starts for a client (a zombie under load): that is
+    joined again; any other connection error is raised at once."""
+    from envhub.rollout import ray_backend
+
+    calls: list[str] = []
+
+    def flaky_init(address: str, **_: object) -> None:
+        calls.append(address)
+        if len(calls) == 1:
+            raise ConnectionAbortedError("Initialization failure from server:\npsutil.ZombieProcess")
+
+    monkeypatch.setattr(ray, "init", flaky_init)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr("envhub.rollout.ray_backend.time.sleep", lambda _: None)
+    ray_backend.init_ray("ray://127.0.0.1:1")
+    assert calls == ["ray://127.0.0.1:1"] * 2
+
+    def refused(address: str, **_: object) -> None:
+        raise ConnectionRefusedError("no cluster there")
+
+    monkeypatch.setattr(ray, "init", refused)
+    with pytest.raises(ConnectionRefusedError):
+        ray_backend.init_ray("ray://127.0.0.1:1")

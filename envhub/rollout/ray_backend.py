@@ -52,6 +52,8 @@ from envhub.records import Episode
 from envhub.registration import Registration, UnknownEnvError, is_external, registry
 from envhub.rollout.runner import BatchResult, EnvWorker, EpisodeRef, RolloutLimits, as_refs, fork_groups
 
+log = logging.getLogger(__name__)
+
 PolicyFactory = Callable[[], Policy]
 """Builds the policy where the episodes run; it must pickle to reach a Ray worker."""
 
@@ -104,7 +106,22 @@ def init_ray(address: str | None) -> None:
             logging_level=logging.WARNING,
         )
     else:
-        ray.init(address=address, logging_level=logging.WARNING)
+        for attempt in range(CLIENT_ATTEMPTS):
+            try:
+                ray.init(address=address, logging_level=logging.WARNING)
+                return
+            except ConnectionError as exc:  # Ray Client raises ConnectionAbortedError, a ConnectionError
+                if "Initialization failure from server" not in str(exc) or attempt == CLIENT_ATTEMPTS - 1:
+                    raise
+                log.warning("Ray Client at %s failed to start its server for us (%s); retrying", address, exc)
+                ray.shutdown()
+                time.sleep(2.0 * (attempt + 1))
+
+
+CLIENT_ATTEMPTS = 3
+"""Ray Client's proxier starts a server per client, and under load it has lost one at birth (psutil's
+ZombieProcess inside `proxier.start_specific_server`): `Initialization failure from server`, on a
+healthy cluster. Joining again is what a user would do; anything else is raised at once."""
 
 
 @dataclass(frozen=True)
