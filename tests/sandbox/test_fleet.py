@@ -291,7 +291,9 @@ async def test_a_fleet_reaps_orphans_in_the_background_when_it_starts(tmp_path: 
         async with await fleet.open(POLICY) as sb:
             assert sb.report().backend == "local"
             for _ in range(600):
-                if not [c for c in client.containers.list(all=True) if c.id == container.id]:
+                # sparse: no inspect per container, which a container of another run going meanwhile
+                # turns into a 404 (seen with two suites at once on one engine)
+                if not [c for c in client.containers.list(all=True, sparse=True) if c.id == container.id]:
                     break
                 await asyncio.sleep(0.1)
             else:
