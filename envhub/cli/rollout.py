@@ -33,7 +33,7 @@ from envhub.rollout import (
 )
 from envhub.rollout import rollout as batch_rollout
 from envhub.rollout.ray_backend import RayWorkerLost
-from envhub.store import load_manifest, read_episodes
+from envhub.store import Manifest, load_manifest, read_episodes
 
 
 class ToolFormat(enum.StrEnum):
@@ -312,7 +312,8 @@ def show(
     html: Annotated[Path | None, typer.Option(help="Write a self-contained HTML report here.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="Episodes listed in the table.")] = 20,
 ) -> None:
-    """Summarize a stored batch, print any episode turn by turn, or write an HTML report."""
+    """Summarize a stored batch, or print one episode turn by turn; with --html, also write the batch's
+    HTML report (opened at that episode when one is given)."""
     try:
         manifest = load_manifest(directory)
         episodes = read_episodes(directory)
@@ -320,6 +321,7 @@ def show(
         raise fail(exc) from exc
     if not episodes:
         raise fail(ValueError(f"{directory} holds no episodes yet"))
+    shown: Episode | None = None
     if episode is not None:
         chosen = [e for e in episodes if e.episode_id == episode or e.episode_id == episode.zfill(6)]
         if not chosen:
@@ -329,8 +331,18 @@ def show(
                     f"ids run from {episodes[0].episode_id} to {episodes[-1].episode_id}"
                 )
             )
-        print_episode(chosen[0], console)
-        return
+        shown = chosen[0]
+        print_episode(shown, console)
+    else:
+        _batch_summary(directory, manifest, episodes, limit)
+    if html is not None:
+        path = write_html_report(episodes, html, title=f"{episodes[0].env_id} · {directory}")
+        anchor = f" (episode {shown.episode_id}: {path}#{shown.episode_id})" if shown else ""
+        console.print(f"report written to {path}{anchor}", soft_wrap=True)
+
+
+def _batch_summary(directory: Path, manifest: Manifest | None, episodes: list[Episode], limit: int) -> None:
+    """The summary table, the batch's state and lock, and the first `limit` episodes."""
     console.print(summary_table(summarize(episodes)))
     if manifest is not None:
         state = "complete" if manifest.complete else "incomplete: run the rollout again with --resume"
@@ -349,6 +361,3 @@ def show(
             e.error.message if e.error else "",
         )
     console.print(table)
-    if html is not None:
-        path = write_html_report(episodes, html, title=f"{episodes[0].env_id} · {directory}")
-        console.print(f"report written to {path}")
