@@ -35,6 +35,14 @@ from envhub.rollout import rollout as batch_rollout
 from envhub.rollout.ray_backend import RayWorkerLost
 from envhub.store import Manifest, load_manifest, read_episodes
 
+DEFAULT_POLICY = "oracle"
+DEFAULT_POLICY_NOTE = (
+    "no --policy given, so the oracle plays: the env's own reference solution, whose rewards are the "
+    "env's ceiling (often 100% solved), not a model's score. Choose who plays with --policy: "
+    f"{SPECS}"
+)
+"""Why the default is said out loud: a newcomer's first batch otherwise reports 100% solved unexplained."""
+
 
 class ToolFormat(enum.StrEnum):
     native = "native"
@@ -69,7 +77,14 @@ class _Tally:
 @app.command()
 def rollout(
     env_id: str,
-    policy: Annotated[str, typer.Option(help=f"Who plays: {SPECS}.")] = "oracle",
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Who plays: {SPECS}. Without it the oracle plays (the env's reference solution: "
+            "its rewards are the env's ceiling, not a model's score), and the command says so.",
+            show_default=False,
+        ),
+    ] = None,
     tasks: Annotated[
         int,
         typer.Option(
@@ -164,6 +179,10 @@ def rollout(
     Exits with status 1 when more than --max-error-rate of the batch's episodes failed (an unreachable
     server, a crashing env), with the reason in one line; `--resume --retry-errors` plays those again.
     """
+    policy_given = policy is not None
+    if policy is None:
+        errors.print(Text("note: ", style="bold yellow") + Text(DEFAULT_POLICY_NOTE), highlight=False)
+        policy = DEFAULT_POLICY
     try:
         if resume and out is None:
             raise ValueError("--resume completes a stored batch: give its folder with --out")
@@ -248,7 +267,7 @@ def rollout(
         raise typer.Exit(code=130) from None
     finally:
         _stop(progress)
-    _report(result, max_error_rate)
+    _report(result, max_error_rate, default_policy=not policy_given)
 
 
 def _stop(progress: Progress) -> None:
@@ -280,10 +299,17 @@ def _progress_bar() -> Progress:
     )
 
 
-def _report(result: RolloutResult, max_error_rate: float) -> None:
-    """The summary table and where the batch is; exit 1 with the reason when too many episodes failed."""
+def _report(result: RolloutResult, max_error_rate: float, *, default_policy: bool = False) -> None:
+    """The summary table and where the batch is; exit 1 with the reason when too many episodes failed.
+    When no --policy was given the oracle's figures are said to be the oracle's, under the table too."""
     if result.episodes:
         console.print(summary_table(summarize(result.episodes)))
+    if default_policy:
+        errors.print(
+            Text("note: ", style="bold yellow")
+            + Text("played by the oracle (no --policy given): these are the reference solution's rewards"),
+            highlight=False,
+        )
     if result.retried:
         console.print(f"played again {len(result.retried)} episodes that had ended in error")
     if result.not_started:
