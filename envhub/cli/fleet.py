@@ -31,7 +31,8 @@ def _lease_dir(given: Path | None) -> Path:
 
 @fleet.command()
 def status(lease_dir: LeaseDir = None) -> None:
-    """Per provider: its quota and rate, sandboxes in use (live leases), expired leases, orphans."""
+    """Per provider: its quota and rate, sandboxes in use (leases of live owners), leases of dead owners,
+    orphans (those, and sandboxes of dead owners found by their owner marks)."""
     from envhub.sandbox.fleet import FleetConfig, LeaseBook
     from envhub.sandbox.fleet.reaper import find_orphans
 
@@ -42,9 +43,8 @@ def status(lease_dir: LeaseDir = None) -> None:
         orphans = find_orphans(book)
     except USER_ERRORS as exc:
         raise fail(exc) from exc
-    now = book.now()
     table = Table(title=f"sandbox fleet · leases in {book.directory}", title_justify="left")
-    for column in ("provider", "quota", "rate/s", "in use", "expired leases", "orphans"):
+    for column in ("provider", "quota", "rate/s", "in use", "orphaned leases", "orphans"):
         table.add_column(column, justify="left" if column == "provider" else "right")
     for p in config.providers:
         mine = [lease for lease in leases if lease.provider == p.name]
@@ -52,8 +52,8 @@ def status(lease_dir: LeaseDir = None) -> None:
             p.name,
             str(p.max_concurrent) if p.max_concurrent else "-",
             f"{p.rate_per_s:g} (burst {p.burst})" if p.rate_per_s else "-",
-            str(sum(not lease.expired(now) for lease in mine)),
-            str(sum(lease.expired(now) for lease in mine)),
+            str(sum(book.why_orphaned(lease) is None for lease in mine)),
+            str(sum(book.why_orphaned(lease) is not None for lease in mine)),
             str(sum(o.provider == p.name for o in orphans)),
         )
     console.print(table)

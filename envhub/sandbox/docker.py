@@ -19,7 +19,6 @@ import contextlib
 import errno
 import io
 import json
-import os
 import socket
 import stat
 import tarfile
@@ -29,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from envhub.sandbox import seccomp
+from envhub.sandbox import owner, seccomp
 from envhub.sandbox.base import MAX_TREE_DEPTH, Command, Sandbox, not_regular, sandbox_path, to_argv
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport, MiB
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
@@ -47,11 +46,12 @@ _REAP = '"$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
 """Wraps every command: afterwards, kill whatever it left running (every EXEC_USER process but this
 shell), as the local backend's pid namespace does; the init survives, owned by another uid."""
 LABEL = "envhub.sandbox"
-OWNER_LABEL = "envhub.owner"
+OWNER_LABEL = owner.MARK_PID
 """The pid of the process that made the container: what a leak check on a shared engine looks at."""
-HOST_LABEL = "envhub.host"
-"""The host that pid lives on: the fleet's reaper removes a container only when its owner is this host's
-and dead (envhub.sandbox.fleet.reaper); E2B sandboxes carry the same three marks as metadata."""
+HOST_LABEL = owner.MARK_HOST
+"""With the pid, the rest of the owner's identity rides along as labels (envhub.sandbox.owner.Owner.marks:
+its lease key, boot id, PID namespace, start time): the fleet's reaper removes a container only when that
+owner is dead by the owner rule (envhub.sandbox.owner.judge); E2B sandboxes carry the same marks."""
 FORK_REPOSITORY = "envhub-fork"
 """Where `fork` commits a writable_image container; each image goes when its fork closes."""
 FORK_LABEL = "envhub.fork"
@@ -169,7 +169,7 @@ class DockerSandbox(Sandbox):
             command=["sleep", "infinity"],
             detach=True,
             init=True,
-            labels={LABEL: "1", OWNER_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname()},
+            labels={LABEL: "1", **owner.me().marks()},
             network_mode="bridge" if policy.network else "none",
             mem_limit=policy.memory_mb * MiB,
             memswap_limit=policy.memory_mb * MiB,

@@ -16,13 +16,13 @@ import contextlib
 import io
 import os
 import shlex
-import socket
 import tarfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from envhub.sandbox import owner
 from envhub.sandbox.base import Command, Sandbox, sandbox_path, to_argv
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxTimeout, SandboxUnavailable
@@ -32,14 +32,14 @@ CREATE_TIMEOUT_S = REMOTE_GRACE_S + 20
 """How long one request of the control plane may take (the SDK's retries of a 429/503 fit in it)."""
 
 LABEL = "envhub.sandbox"
-OWNER_LABEL = "envhub.owner"
-HOST_LABEL = "envhub.host"
+OWNER_LABEL = owner.MARK_PID
+HOST_LABEL = owner.MARK_HOST
 """The metadata every envhub sandbox carries, as Docker's labels do: a reaper lists E2B sandboxes by
-`envhub.sandbox=1` and kills those whose owner (pid on host) is dead."""
+`envhub.sandbox=1` and kills those whose owner is dead by the owner rule (envhub.sandbox.owner.judge)."""
 
 
 def owner_metadata() -> dict[str, str]:
-    return {LABEL: "1", OWNER_LABEL: str(os.getpid()), HOST_LABEL: socket.gethostname()}
+    return {LABEL: "1", **owner.me().marks()}
 
 
 def _failure(exc: BaseException, doing: str) -> SandboxError:

@@ -47,10 +47,10 @@ from envhub.sandbox.results import ExecResult, SandboxError, SandboxTimeout
 from envhub.sandbox.safe_files import download_beneath, read_beneath, upload_beneath, write_beneath
 from envhub.sandbox.scratch import (
     CLEANUP_TIMEOUT_S,
-    SCRATCH_PREFIX,
     fill_scratch,
     remove_scratch,
     remove_tree,
+    scratch_prefix,
     sweep_stale_scratch,
 )
 from envhub.sandbox.slots import Slot, slot_pool
@@ -113,7 +113,7 @@ class LocalSandbox(Sandbox):
             await slot.kill_all()  # a crashed owner may have left processes behind
             slot.limit(policy)
             sweep_stale_scratch()
-            scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+            scratch = Path(tempfile.mkdtemp(prefix=scratch_prefix()))
             fill_scratch(scratch, policy, slot.uid)
         except BaseException:
             if scratch is not None:

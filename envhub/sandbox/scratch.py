@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from envhub.sandbox import owner
 from envhub.sandbox.libc import mount_tmpfs, umount
 from envhub.sandbox.policy import IsolationPolicy, MiB
 from envhub.sandbox.results import SandboxError, SandboxTimeout
@@ -38,21 +39,48 @@ SCRATCH_PREFIX = "envhub-sandbox-"
 _swept = False
 
 
-def sweep_stale_scratch() -> None:
-    """Remove scratch areas whose owning process is gone (it was SIGKILLed before it could clean up).
+def scratch_prefix() -> str:
+    """The name a new scratch area starts with: `envhub-sandbox-<pid>-<owner key>-`. The key names this
+    process's owner lease (envhub.sandbox.owner), written and beating from now on: what tells a reaper
+    in any PID namespace that shares this temp dir that the area's owner lives."""
+    return f"{SCRATCH_PREFIX}{os.getpid()}-{owner.me().key}-"
 
-    Scratch directories are named after the owner's pid, so a later process can tell the dead from the
-    living; this runs once per process, before its first sandbox.
-    """
+
+def scratch_owner(path: Path) -> tuple[str, str | None]:
+    """The pid and owner key a scratch area's name carries (no key: made by an envhub before leases)."""
+    parts = path.name.removeprefix(SCRATCH_PREFIX).split("-")
+    key = parts[1] if len(parts) == 3 and len(parts[1]) == 32 and parts[1].isalnum() else None
+    return parts[0], key
+
+
+def why_stale(path: Path, now: float | None = None) -> str | None:
+    """Why a scratch area's owner is dead (owner.judge; with no lease in sight, owner.judge_without_lease
+    on the area's age), or None while it may live: what the sweep and the fleet's reaper both ask."""
+    pid, key = scratch_owner(path)
+    verdict = owner.judge(key, now=now)
+    if verdict.unknown:
+        try:
+            made_at = os.lstat(path).st_mtime
+        except OSError:
+            return None
+        verdict = owner.judge_without_lease(pid, None, made_at, now)
+    return verdict.why if verdict.dead else None
+
+
+def sweep_stale_scratch() -> None:
+    """Remove scratch areas whose owner is dead by the owner rule (envhub.sandbox.owner.judge): it was
+    SIGKILLed before it could clean up. Runs once per process, before its first sandbox. An area of a
+    live owner in another PID namespace sharing this temp dir is kept: its owner lease is fresh."""
     global _swept
     if _swept:
         return
     _swept = True
     for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
-        owner = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
-        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+        if why_stale(path) is not None:
             with contextlib.suppress(OSError, SandboxError):  # best effort: the next process tries again
                 remove_scratch(path)
+    with contextlib.suppress(OSError):
+        owner.sweep_stale_leases()
 
 
 def remove_scratch(scratch: Path) -> None:

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 import envhub.cli.fleet  # noqa: F401 - registers `envhub fleet` (the lead adds it to envhub.cli)
 import envhub.sandbox as sandbox
 from envhub.cli import app
-from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
+from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable, owner
 from envhub.sandbox.backends import create
 from envhub.sandbox.fleet import Fleet, FleetConfig, LeaseBook, Provider, TokenBucket
 from envhub.sandbox.fleet.reaper import find_orphans, reap
@@ -227,19 +227,23 @@ async def test_creations_are_spread_by_the_rate_limit(tmp_path: Path) -> None:
 # -- leases ------------------------------------------------------------------------------------------
 
 
-async def test_a_lease_is_written_renewed_by_the_heartbeat_and_released(tmp_path: Path) -> None:
+async def test_a_lease_is_written_its_owner_lease_beats_and_it_is_released(tmp_path: Path) -> None:
+    """One heartbeat per process: the owner lease (in the lease dir too) is touched, not each lease."""
     fleet = Fleet(config(tmp_path, Provider(name="local"), lease_ttl_s=5, heartbeat_s=0.2))
     sb = await fleet.open(POLICY)
     try:
         (lease,) = fleet.book.leases()
-        assert lease.owner_pid == os.getpid() and lease.provider == "local"
+        assert lease.owner_pid == os.getpid() and lease.provider == "local" and lease.owner is not None
         assert lease.ref.startswith(os.path.join(tempfile.gettempdir(), "envhub-sandbox-"))
-        for _ in range(600):  # the heartbeat moves the expiry on
+        assert lease.owner in lease.ref  # the scratch area names its owner too
+        owner_lease = fleet.book.directory / owner.lease_name(lease.owner)
+        beat = owner_lease.stat().st_mtime
+        for _ in range(600):  # the heartbeat moves the owner lease's mtime on
             await asyncio.sleep(0.05)
-            (now,) = fleet.book.leases()
-            if now.expires_at > lease.expires_at:
+            if owner_lease.stat().st_mtime > beat:
                 break
-        assert now.expires_at > lease.expires_at, "the heartbeat did not renew the lease"
+        assert owner_lease.stat().st_mtime > beat, "the heartbeat did not beat the owner lease"
+        assert fleet.book.leases() == [lease]  # the sandbox's own lease is not rewritten
         assert find_orphans(fleet.book, owners={os.getpid()}) == []  # a live owner's lease is no orphan
     finally:
         await sb.close()

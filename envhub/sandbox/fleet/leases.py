@@ -1,8 +1,10 @@
-"""Leases: one small file per sandbox the fleet handed out, saying who holds it and until when.
+"""Leases: one small file per sandbox the fleet handed out, saying which provider holds it and who owns it.
 
-Another process (the reaper, `envhub fleet status`) reads them: a lease whose owner is dead, or that
-expired without a heartbeat, names a sandbox nobody will close. Files are written whole (a temporary
-file renamed over the old one), so a reader never sees half a lease.
+They are what the fleet counts against a quota shared through a directory, and what tells the reaper
+which sandbox a killed owner left. Whether that owner lives is NOT theirs to say: it comes from the
+owner's one lease (envhub.sandbox.owner, beaten by one thread per process, whatever the number of
+sandboxes), found by the `owner` key each lease names. Files are written whole (a temporary file renamed
+over the old one), so a reader never sees half a lease.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import socket
 import tempfile
 import threading
 import time
@@ -20,6 +21,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from envhub.sandbox import owner as owners
+from envhub.sandbox.owner import owner_alive, process_start
+
+__all__ = ["Heartbeat", "Lease", "LeaseBook", "default_lease_dir", "owner_alive", "process_start"]
+
 
 def default_lease_dir() -> Path:
     """$XDG_STATE_HOME/envhub/leases (~/.local/state/envhub/leases when unset)."""
@@ -27,24 +33,8 @@ def default_lease_dir() -> Path:
     return Path(state) / "envhub" / "leases"
 
 
-def process_start(pid: int) -> int | None:
-    """When a process started (clock ticks since boot), or None if it is gone: with the pid, this tells
-    a live owner from a later process that was given the same pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def owner_alive(pid: int, started: int | None = None) -> bool:
-    """Whether process `pid` (of this host) still runs, and is the one that started at `started`."""
-    now = process_start(pid)
-    return now is not None and (started is None or now == started)
-
-
 class Lease(BaseModel):
-    """Who holds a sandbox and until when; `ref` is the provider's own name for it."""
+    """Who holds a sandbox; `ref` is the provider's own name for it."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -59,27 +49,40 @@ class Lease(BaseModel):
     owner_started: int | None
     host: str
     expires_at: float
-    """Unix time after which, with no heartbeat, the sandbox may be reclaimed."""
+    """When the lease was granted plus its ttl. Only a lease that names no owner lease (`owner` None:
+    written by an envhub from before owner leases, whose heartbeat renewed each lease) is judged by it."""
+    owner: str | None = None
+    """The owner's lease key (envhub.sandbox.owner): its heartbeat is the owner's proof of life."""
+    boot_id: str | None = None
+    pid_ns: str | None = None
 
     def expired(self, now: float) -> bool:
         return now >= self.expires_at
 
-    def why_orphaned(self, now: float) -> str | None:
-        """Why this lease's sandbox is an orphan, or None while its owner may still close it: the owner
-        is dead (this host), or the lease expired with no heartbeat (another host: only expiry tells).
-        A live owner on this host keeps its lease even when late: a busy owner is not a dead one."""
-        gone = self.owner_gone()
-        if gone:
-            return f"lease {self.lease_id}: its owner (pid {self.owner_pid}) is dead"
-        if gone is None and self.expired(now):
-            return f"lease {self.lease_id}: expired {now - self.expires_at:.0f} s ago with no heartbeat"
-        return None
-
-    def owner_gone(self) -> bool | None:
-        """True when the owner is known dead; None when it runs on another host (only expiry tells)."""
-        if self.host != socket.gethostname():
+    def claimed_owner(self) -> owners.Owner | None:
+        """The owner identity this lease names, when it names one whole."""
+        if self.owner is None or self.boot_id is None or self.pid_ns is None:
             return None
-        return not owner_alive(self.owner_pid, self.owner_started)
+        return owners.Owner(
+            key=self.owner,
+            host=self.host,
+            boot_id=self.boot_id,
+            pid_ns=self.pid_ns,
+            pid=self.owner_pid,
+            started=self.owner_started,
+        )
+
+    def why_orphaned(self, now: float, directories: tuple[Path, ...] = ()) -> str | None:
+        """Why this lease's sandbox is an orphan, or None while its owner may still close it, by the owner
+        rule (envhub.sandbox.owner.judge; its lease is looked for in the temp dir and `directories`). With
+        no owner lease in sight and no pid that can be checked here, the lease's own expiry decides: what
+        an older envhub's renewed leases, or a lease from another host with no shared directory, allow."""
+        verdict = owners.judge(self.owner, self.claimed_owner(), directories=directories)
+        if verdict.dead:
+            return f"lease {self.lease_id}: {verdict.why}"
+        if verdict.unknown and self.expired(now):
+            return f"lease {self.lease_id}: expired {now - self.expires_at:.0f} s ago with no owner lease"
+        return None
 
 
 class LeaseBook:
@@ -89,16 +92,21 @@ class LeaseBook:
         self.directory, self.ttl_s, self._clock = directory, ttl_s, clock
 
     def grant(self, provider: str, ref: str, engine: str | None = None) -> Lease:
-        pid = os.getpid()
+        """A lease of this process's, its owner lease kept in this directory too (so that a reaper on
+        another host sharing the directory sees it beat)."""
+        me = owners.me(directory=self.directory, ttl_s=self.ttl_s)
         lease = Lease(
             lease_id=uuid.uuid4().hex,
             provider=provider,
             ref=ref,
             engine=engine,
-            owner_pid=pid,
-            owner_started=process_start(pid),
-            host=socket.gethostname(),
+            owner_pid=me.pid,
+            owner_started=me.started,
+            host=me.host,
             expires_at=self._clock() + self.ttl_s,
+            owner=me.key,
+            boot_id=me.boot_id,
+            pid_ns=me.pid_ns,
         )
         self._write(lease)
         return lease
@@ -119,8 +127,13 @@ class LeaseBook:
         finally:
             os.close(fd)
 
+    def why_orphaned(self, lease: Lease) -> str | None:
+        """`lease.why_orphaned`, its owner lease looked for in this directory too."""
+        return lease.why_orphaned(self._clock(), (self.directory,))
+
     def renew(self, lease: Lease) -> Lease | None:
-        """The lease with a new expiry, written; None when its file is gone (the sandbox was reclaimed)."""
+        """The lease with a new expiry, written; None when its file is gone (the sandbox was reclaimed).
+        Only for leases without an owner lease: the fleet's heartbeat beats the owner lease instead."""
         if not self.path(lease.lease_id).exists():
             return None
         renewed = lease.model_copy(update={"expires_at": self._clock() + self.ttl_s})
@@ -163,27 +176,22 @@ class LeaseBook:
 
 
 class Heartbeat:
-    """Renews the leases this process holds, from a thread of its own: a busy event loop (or none at all,
-    between `asyncio.run` calls) must not let a live owner's leases expire."""
+    """Keeps this process's owner lease beating (envhub.sandbox.owner: one file and one thread per
+    process, however many leases it holds) in the book's directory while the fleet holds leases there,
+    and tracks which leases it holds."""
 
     def __init__(self, book: LeaseBook, interval_s: float) -> None:
         self.book, self.interval_s = book, interval_s
         self._held: dict[str, Lease] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def hold(self, lease: Lease) -> None:
+        owners.me(directory=self.book.directory, ttl_s=self.book.ttl_s, interval_s=self.interval_s)
         with self._lock:
             self._held[lease.lease_id] = lease
-            if self._thread is None or not self._thread.is_alive():
-                self._stop.clear()
-                self._thread = threading.Thread(target=self._run, name="envhub-fleet-heartbeat", daemon=True)
-                self._thread.start()
 
     def update(self, lease: Lease) -> None:
-        """Write a changed lease and renew that one from now on; under the lock, so a beat in between
-        cannot write the old one back."""
+        """Write a changed lease (a pending one, now with its sandbox's ref) and hold it."""
         with self._lock:
             self.book.record(lease)
             self._held[lease.lease_id] = lease
@@ -196,28 +204,7 @@ class Heartbeat:
         with self._lock:
             return list(self._held.values())
 
-    def beat(self) -> None:
-        """Renew every held lease once; one the reaper took is no longer held. Under the lock, so a lease
-        being dropped (and then released) is never written back after its file was removed."""
-        with self._lock:
-            for lease_id, lease in list(self._held.items()):
-                try:
-                    renewed = self.book.renew(lease)
-                except OSError:  # a full or vanished disk: the next beat tries again
-                    continue
-                if renewed is None:
-                    del self._held[lease_id]
-                else:
-                    self._held[lease_id] = renewed
-
     def stop(self) -> None:
-        self._stop.set()
-
-    def _run(self) -> None:
-        """Beat until stopped, or until nothing is held (the next `hold` starts a new thread)."""
-        while not self._stop.wait(self.interval_s):
-            self.beat()
-            with self._lock:
-                if not self._held:
-                    self._thread = None
-                    return
+        """The fleet closed: its directory no longer needs this process's owner lease (its sandboxes'
+        own closes release their leases; any left are judged by the owner lease in the temp dir)."""
+        owners.forget(self.book.directory)

@@ -2,15 +2,19 @@
 
 An owner that exits normally closes its sandboxes; one killed with SIGKILL leaves them running: a
 local scratch area (a tmpfs, as root) and processes in its slot's cgroups, a Docker container, an E2B
-sandbox billed until it expires. They are found two ways:
+sandbox billed until it expires. Every sandbox names its owner (envhub.sandbox.owner): the scratch
+area's name, the container's labels, the E2B sandbox's metadata, the fleet's lease. Whether that owner
+is dead is decided by one rule, `owner.judge`, never by a pid this process cannot see:
 
-- by lease (envhub.sandbox.fleet.leases): a lease whose owner is dead (on this host), or that expired
-  with no heartbeat (an owner on another host), names its sandbox. A lease of a live owner on this host
-  is never reclaimed, even when late: a busy owner is not a dead one;
-- by the owner marks every backend already leaves, for sandboxes opened without the fleet: local scratch
-  areas are named `envhub-sandbox-<pid>-*`, Docker containers and E2B sandboxes carry the labels (or
-  metadata) `envhub.sandbox=1`, `envhub.owner=<pid>` and `envhub.host=<host>`. Only this host's dead
-  owners are reaped this way; pids of other hosts mean nothing here.
+- an owner in this reaper's own host, boot and PID namespace is judged by its pid and start time (dead
+  as soon as it is gone; a live one keeps its sandboxes, even with a late heartbeat);
+- any other owner by its owner lease's age alone: alive while it beat within its ttl;
+- a sandbox whose owner has no lease in sight (an older envhub's) by `owner.judge_without_lease`: only
+  once it is a day old and its pid runs nowhere this reaper can see.
+
+Sandboxes are found two ways: by the fleet's leases (envhub.sandbox.fleet.leases; a lease whose
+owner died while its sandbox was being made names none, and only its file goes), and by the owner marks,
+for sandboxes opened without the fleet.
 
 Slots (a uid and its cgroups) are not removed but emptied: a slot whose lock nobody holds has no owner,
 so whatever still runs in its cgroups is killed.
@@ -22,16 +26,16 @@ import contextlib
 import fcntl
 import os
 import signal
-import socket
 import tempfile
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envhub.sandbox import owner as ownership
 from envhub.sandbox.docker import HOST_LABEL, LABEL, OWNER_LABEL
-from envhub.sandbox.fleet.leases import LeaseBook, owner_alive
+from envhub.sandbox.fleet.leases import LeaseBook
 
 PROVIDERS = ("local", "docker", "e2b")
 KILL_DEADLINE_S = 10.0
@@ -64,7 +68,7 @@ def find_orphans(
     for lease in book.leases() if book is not None else []:
         if lease.provider not in providers:
             continue
-        why = lease.why_orphaned(book.now() if book is not None else time.time())
+        why = book.why_orphaned(lease) if book is not None else None
         if why is None:
             held.add((lease.provider, lease.ref))
             continue
@@ -80,9 +84,10 @@ def find_orphans(
             lease.engine,
             lease.lease_id,
         )
+    directories = (book.directory,) if book is not None else ()
     scans = {"local": _local_orphans, "docker": _docker_orphans, "e2b": _e2b_orphans}
     for provider in providers:
-        for orphan in scans[provider]():
+        for orphan in scans[provider](directories):
             key = (orphan.provider, orphan.ref)
             if key not in found and key not in held:
                 found[key] = orphan
@@ -114,24 +119,28 @@ def _nothing_to_remove(orphan: Orphan) -> None:
     """A pending lease names no sandbox: removing its lease file is all there is."""
 
 
-def _dead_owner(owner: str | None, host: str | None) -> int | None:
-    """The pid an owner mark names, when it is a dead process of this host (no host mark: this host's
-    own engine); else None."""
-    if host not in (None, "", socket.gethostname()) or owner is None or not owner.isdigit():
-        return None
-    return None if owner_alive(int(owner)) else int(owner)
+def _why_dead(marks: Mapping[str, str], made_at: float | None, directories: tuple[Path, ...]) -> str | None:
+    """Why the owner a container's labels (or an E2B sandbox's metadata) name is dead, or None."""
+    claimed = ownership.Owner.from_marks(marks)
+    verdict = ownership.judge(claimed.key if claimed else None, claimed, directories=directories)
+    if verdict.unknown:
+        verdict = ownership.judge_without_lease(marks.get(OWNER_LABEL), marks.get(HOST_LABEL), made_at)
+    return verdict.why if verdict.dead else None
+
+
+def _pid(mark: str | None) -> int | None:
+    return int(mark) if mark is not None and mark.isdigit() else None
 
 
 # -- local: scratch areas and slots ------------------------------------------------------------------
 
 
-def _local_orphans() -> Iterator[Orphan]:
-    from envhub.sandbox.scratch import SCRATCH_PREFIX
+def _local_orphans(directories: tuple[Path, ...]) -> Iterator[Orphan]:
+    from envhub.sandbox.scratch import SCRATCH_PREFIX, scratch_owner, why_stale
 
     for path in sorted(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*")):
-        owner = path.name.removeprefix(SCRATCH_PREFIX).split("-", 1)[0]
-        if (pid := _dead_owner(owner, None)) is not None:
-            yield Orphan("local", "scratch", str(path), pid, f"its owner (pid {owner}) is dead")
+        if (why := why_stale(path)) is not None:
+            yield Orphan("local", "scratch", str(path), _pid(scratch_owner(path)[0]), why)
     for index, pids in _unowned_slots():
         yield Orphan(
             "local", "slot", str(index), None, f"slot {index} is free, yet {len(pids)} process(es) run in it"
@@ -208,18 +217,24 @@ def _docker_client(engine: str | None) -> Any:
     return docker.DockerClient(base_url=engine, timeout=30) if engine else docker.from_env(timeout=30)
 
 
-def _docker_orphans() -> Iterator[Orphan]:
+def _docker_orphans(directories: tuple[Path, ...]) -> Iterator[Orphan]:
     try:
         client = _docker_client(None)
-        containers = client.containers.list(all=True, filters={"label": f"{LABEL}=1"})
     except Exception:  # no SDK or no engine here: nothing of it to reap
         return
     engine = os.environ.get("DOCKER_HOST")
     try:
-        for c in containers:
-            labels = c.labels or {}
-            if (pid := _dead_owner(labels.get(OWNER_LABEL), labels.get(HOST_LABEL))) is not None:
-                yield Orphan("docker", "container", c.id, pid, f"its owner (pid {pid}) is dead", engine)
+        # The list endpoint alone (labels and creation time): no inspect per container, which another
+        # run's container going meanwhile would turn into a 404 that ends the whole scan.
+        listed = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+    except Exception:
+        client.close()
+        return
+    try:
+        for c in listed:
+            labels = c.get("Labels") or {}
+            if (why := _why_dead(labels, c.get("Created"), directories)) is not None:
+                yield Orphan("docker", "container", c["Id"], _pid(labels.get(OWNER_LABEL)), why, engine)
     finally:
         client.close()
 
@@ -239,7 +254,7 @@ def _remove_container(orphan: Orphan) -> None:
 # -- e2b: sandboxes by metadata ---------------------------------------------------------------------
 
 
-def _e2b_orphans() -> Iterator[Orphan]:
+def _e2b_orphans(directories: tuple[Path, ...]) -> Iterator[Orphan]:
     if not os.environ.get("E2B_API_KEY"):
         return
     try:
@@ -253,8 +268,10 @@ def _e2b_orphans() -> Iterator[Orphan]:
         return
     for info in listed:
         meta = info.metadata or {}
-        if (pid := _dead_owner(meta.get(OWNER_LABEL), meta.get(HOST_LABEL, "?"))) is not None:
-            yield Orphan("e2b", "sandbox", info.sandbox_id, pid, f"its owner (pid {pid}) is dead")
+        # No creation time given: the no-lease rule never reaps an E2B sandbox (it ends at its own
+        # timeout); only its named owner's death, or that owner's expired lease, does.
+        if (why := _why_dead(meta, None, directories)) is not None:
+            yield Orphan("e2b", "sandbox", info.sandbox_id, _pid(meta.get(OWNER_LABEL)), why)
 
 
 def _kill_e2b(orphan: Orphan) -> None:

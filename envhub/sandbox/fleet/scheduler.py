@@ -116,11 +116,10 @@ class Fleet:
         if self.config.quota_scope == "process" or provider.max_concurrent is None:
             return quota.try_take(), None
         with self.book.locked():
-            now = self.book.now()
             live = [
                 lease
                 for lease in self.book.leases()
-                if lease.provider == provider.name and lease.why_orphaned(now) is None
+                if lease.provider == provider.name and self.book.why_orphaned(lease) is None
             ]
             if len(live) >= provider.max_concurrent:
                 return False, None
