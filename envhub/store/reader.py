@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from envhub.records import Episode
 from envhub.store.manifest import MANIFEST, load_manifest
-from envhub.store.schema import SCHEMA, episode_from_row, episodes_table
+from envhub.store.schema import episode_from_row, episodes_table
 from envhub.store.shards import journaled, read_shard, shard_files, sort_table
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def load_table(root: Path) -> pa.Table:
     pending = [e for e in journaled(root) if e.episode_id not in stored]
     if pending:
         tables.append(episodes_table(pending, manifest.spec))
-    return sort_table(pa.concat_tables(tables) if tables else SCHEMA.empty_table())
+    return sort_table(pa.concat_tables(tables) if tables else episodes_table([]))
 
 
 def read_episodes(root: Path) -> list[Episode]:

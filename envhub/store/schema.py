@@ -8,6 +8,12 @@ Version 2 adds columns that make a row usable on its own for training: the whole
 OpenAI chat format (`messages`), the tool schemas the model was shown (`tools`), the model and sampling
 settings, and what the batch was asked for (`policy_spec`, `env_kwargs_json`). They are derived from
 the record and the batch spec, so reading a row back ignores them. docs/episodes.md lists every column.
+
+Version 3 types tool-call `arguments` and tool `parameters` in those columns as Arrow's JSON extension
+type (`arrow.json`): JSON has no fixed shape, which a Parquet column needs, so the values are JSON text
+marked as JSON, and readers that know the mark give objects (Hugging Face `datasets` decodes them, so a
+row goes to a chat template as it is, not double-encoded). Arguments that are not a JSON object (a
+malformed call the model wrote) are stored as a JSON string of the text, so every value decodes.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from envhub.records import Episode, token_samples
 from envhub.store.batch_spec import BatchSpec
 from envhub.tools import ToolSpec
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 PART = pa.struct(
     [("type", pa.string()), ("text", pa.string()), ("data", pa.binary()), ("mime_type", pa.string())]
@@ -77,77 +83,89 @@ PROVENANCE = pa.struct(
     ]
 )
 
-OPENAI_TOOL_CALL = pa.struct(
-    [
-        ("id", pa.string()),
-        ("type", pa.string()),
-        ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())])),
-    ]
-)
-OPENAI_MESSAGE = pa.struct(
-    [
-        ("role", pa.string()),
-        ("content", pa.string()),
-        ("tool_calls", pa.list_(OPENAI_TOOL_CALL)),
-        ("tool_call_id", pa.string()),
-        ("name", pa.string()),
-    ]
-)
-"""A chat message as OpenAI's API writes it; `content` is the text (images stay in `prompt`/`turns`)."""
-OPENAI_TOOL = pa.struct(
-    [
-        ("type", pa.string()),
-        (
-            "function",
-            pa.struct([("name", pa.string()), ("description", pa.string()), ("parameters", pa.string())]),
-        ),
-    ]
-)
-"""A tool in OpenAI's format; `parameters` is the JSON schema as JSON text, since schemas have no fixed
-shape and a Parquet column needs one (`envhub.store.export_trl` writes it back as an object)."""
 
-SCHEMA = pa.schema(
-    [
-        ("episode_id", pa.string()),
-        ("env_id", pa.string()),
-        ("env_version", pa.int32()),
-        ("provenance", PROVENANCE),
-        ("seed", pa.int64()),
-        ("policy", pa.string()),
-        ("policy_info_json", pa.string()),
-        ("policy_spec", pa.string()),
-        ("model", pa.string()),
-        ("temperature", pa.float64()),
-        ("top_p", pa.float64()),
-        ("max_tokens", pa.int64()),
-        ("env_kwargs_json", pa.string()),
-        ("tools", pa.list_(OPENAI_TOOL)),
-        ("messages", pa.list_(OPENAI_MESSAGE)),
-        ("prompt", pa.list_(MESSAGE)),
-        ("turns", pa.list_(TURN)),
-        ("num_turns", pa.int32()),
-        ("reward", pa.float64()),
-        ("reward_components", pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64())]))),
-        ("terminated", pa.bool_()),
-        ("truncated", pa.bool_()),
-        ("error_kind", pa.string()),
-        ("error_message", pa.string()),
-        ("attempts", pa.int32()),
-        ("started_at", pa.timestamp("us", tz="UTC")),
-        ("wall_seconds", pa.float64()),
-        ("isolation_json", pa.string()),
-        ("samples", pa.list_(SAMPLE)),
-        (
-            "recording_json",
-            pa.string(),
-        ),  # `envhub replay`'s tape; null when not recorded, and in older shards
-        ("parent", pa.string()),  # the forked-from episode's id (`--fork-at`); else null, as in older shards
-        ("fork_turn", pa.int32()),  # the turns it shares with its parent; null when not forked
-        ("node", pa.string()),  # the Ray node that ran it; null for in-process runs and older shards
-        ("sandbox_provider", pa.string()),  # the backend its sandbox ran on, after failover; null if none
-    ],
-    metadata={"envhub.schema_version": str(SCHEMA_VERSION)},
-)
+def _openai_types(json_type: pa.DataType) -> tuple[pa.DataType, pa.DataType]:
+    """The `messages` and `tools` element types, with `json_type` where a value is any JSON.
+
+    Built twice: with `pa.json_()` for the schema, and with its storage type (`pa.string()`) for
+    `pa.Table.from_pylist`, which cannot build extension columns; the table is cast afterwards.
+    """
+    tool_call = pa.struct(
+        [
+            ("id", pa.string()),
+            ("type", pa.string()),
+            ("function", pa.struct([("name", pa.string()), ("arguments", json_type)])),
+        ]
+    )
+    message = pa.struct(
+        [
+            ("role", pa.string()),
+            ("content", pa.string()),
+            ("tool_calls", pa.list_(tool_call)),
+            ("tool_call_id", pa.string()),
+            ("name", pa.string()),
+        ]
+    )
+    function = pa.struct([("name", pa.string()), ("description", pa.string()), ("parameters", json_type)])
+    return message, pa.struct([("type", pa.string()), ("function", function)])
+
+
+OPENAI_MESSAGE, OPENAI_TOOL = _openai_types(pa.json_())
+"""A chat message as OpenAI's API writes it, but with tool-call `arguments` typed as JSON, and a tool in
+OpenAI's format with its `parameters` schema typed as JSON; `content` is the text (images stay in
+`prompt`/`turns`)."""
+
+
+def _schema(json_type: pa.DataType) -> pa.Schema:
+    openai_message, openai_tool = _openai_types(json_type)
+    return pa.schema(
+        [
+            ("episode_id", pa.string()),
+            ("env_id", pa.string()),
+            ("env_version", pa.int32()),
+            ("provenance", PROVENANCE),
+            ("seed", pa.int64()),
+            ("policy", pa.string()),
+            ("policy_info_json", pa.string()),
+            ("policy_spec", pa.string()),
+            ("model", pa.string()),
+            ("temperature", pa.float64()),
+            ("top_p", pa.float64()),
+            ("max_tokens", pa.int64()),
+            ("env_kwargs_json", pa.string()),
+            ("tools", pa.list_(openai_tool)),
+            ("messages", pa.list_(openai_message)),
+            ("prompt", pa.list_(MESSAGE)),
+            ("turns", pa.list_(TURN)),
+            ("num_turns", pa.int32()),
+            ("reward", pa.float64()),
+            ("reward_components", pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64())]))),
+            ("terminated", pa.bool_()),
+            ("truncated", pa.bool_()),
+            ("error_kind", pa.string()),
+            ("error_message", pa.string()),
+            ("attempts", pa.int32()),
+            ("started_at", pa.timestamp("us", tz="UTC")),
+            ("wall_seconds", pa.float64()),
+            ("isolation_json", pa.string()),
+            ("samples", pa.list_(SAMPLE)),
+            # `envhub replay`'s tape; null when not recorded, and in older shards
+            ("recording_json", pa.string()),
+            # the forked-from episode's id (`--fork-at`); else null, as in older shards
+            ("parent", pa.string()),
+            # the turns it shares with its parent; null when not forked
+            ("fork_turn", pa.int32()),
+            # the Ray node that ran it; null for in-process runs and older shards
+            ("node", pa.string()),
+            # the backend its sandbox ran on, after failover; null if none
+            ("sandbox_provider", pa.string()),
+        ],
+        metadata={"envhub.schema_version": str(SCHEMA_VERSION)},
+    )
+
+
+SCHEMA = _schema(pa.json_())
+_STORAGE_SCHEMA = _schema(pa.string())
 
 
 def _message_row(message: Message) -> dict[str, Any]:
@@ -189,10 +207,24 @@ def _message(row: dict[str, Any]) -> Message:
     )
 
 
+def json_arguments(raw: str) -> str:
+    """Tool-call arguments as the `messages` column stores them: JSON that decodes to the object the
+    model wrote, or to the text itself where that is not a JSON object (a malformed call)."""
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return json.dumps(raw)
+    return raw if isinstance(value, dict) else json.dumps(raw)
+
+
 def openai_message(message: Message) -> dict[str, Any]:
     """The `messages` column's form of a message: OpenAI's chat format with text content."""
     calls = [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {"name": c.name, "arguments": json_arguments(c.arguments)},
+        }
         for c in message.tool_calls
     ]
     return {
@@ -331,4 +363,5 @@ def episode_from_row(row: dict[str, Any]) -> Episode:
 
 
 def episodes_table(episodes: list[Episode], spec: BatchSpec | None = None) -> pa.Table:
-    return pa.Table.from_pylist([episode_row(e, spec) for e in episodes], schema=SCHEMA)
+    rows = [episode_row(e, spec) for e in episodes]
+    return pa.Table.from_pylist(rows, schema=_STORAGE_SCHEMA).cast(SCHEMA)
