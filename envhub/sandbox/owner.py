@@ -416,7 +416,9 @@ def judge_without_lease(
 
 
 def sweep_stale_leases(directory: Path | None = None, now: float | None = None) -> None:
-    """Remove owner leases (of our uid, or any as root) that stopped beating STALE_LEASE_KEEP_S ago."""
+    """Remove owner leases (of our uid, or any as root) whose owner is gone: one of this namespace whose
+    process is dead, or any that stopped beating STALE_LEASE_KEEP_S ago (its sandboxes were orphans from
+    the moment it expired; what is left of them falls to the no-lease rule)."""
     directory = directory or _tmp()
     now = time.time() if now is None else now
     for path in directory.glob(f"{LEASE_PREFIX}*{LEASE_SUFFIX}"):
@@ -425,6 +427,9 @@ def sweep_stale_leases(directory: Path | None = None, now: float | None = None) 
             if not stat.S_ISREG(st.st_mode) or (os.geteuid() != 0 and st.st_uid != os.geteuid()):
                 continue
             found = read_lease(directory, path.name.removeprefix(LEASE_PREFIX).removesuffix(LEASE_SUFFIX))
-            ttl = found.lease.ttl_s if found is not None else 0.0
-            if now - st.st_mtime > ttl + STALE_LEASE_KEEP_S:
+            if found is not None and same_namespace(found.lease.owner):
+                gone = not owner_alive(found.lease.owner.pid, found.lease.owner.started)
+            else:
+                gone = now - st.st_mtime > (found.lease.ttl_s if found else 0.0) + STALE_LEASE_KEEP_S
+            if gone:
                 os.unlink(path)

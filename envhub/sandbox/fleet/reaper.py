@@ -95,7 +95,8 @@ def find_orphans(
 
 
 def reap(orphans: list[Orphan], book: LeaseBook | None = None) -> dict[Orphan, str | None]:
-    """Remove each orphan (and its lease): None for each removed, else why it could not be."""
+    """Remove each orphan (and its lease): None for each removed, else why it could not be. Then the
+    owner leases of dead owners go (envhub.sandbox.owner.sweep_stale_leases)."""
     removers = {
         "scratch": _remove_scratch,
         "slot": _empty_slot,
@@ -112,6 +113,9 @@ def reap(orphans: list[Orphan], book: LeaseBook | None = None) -> dict[Orphan, s
         if book is not None and orphan.lease_id is not None:
             book.remove(orphan.lease_id)
         results[orphan] = None
+    for directory in [None, book.directory] if book is not None else [None]:
+        with contextlib.suppress(OSError):  # the owner leases of dead owners: best effort, as above
+            ownership.sweep_stale_leases(directory)
     return results
 
 
