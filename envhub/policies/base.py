@@ -36,14 +36,20 @@ class Policy(ABC):
     """Anything that plays an environment: a model server, a local model, a script or a person."""
 
     name: str = "policy"
+    engine: str | None = None
+    """What produces the actions (`transformers`, `openai-compatible HTTP`, `reference solution`...);
+    None: the class says it (`info()` records the class)."""
 
     @abstractmethod
     async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Action | Generation:
         """The next action given the whole conversation so far."""
 
     def info(self) -> dict[str, Any]:
-        """What to record about the policy with every episode (model, server, sampling settings)."""
-        return {"name": self.name}
+        """What to record about the policy with every episode (model, server, sampling settings).
+
+        Subclasses add their settings to this; a policy that adds nothing still records its class."""
+        cls = type(self)
+        return {"name": self.name, "engine": self.engine or f"{cls.__module__}.{cls.__qualname__}"}
 
     def for_episode(self, env: Env) -> Policy:
         """The policy to use for one episode of `env`; policies that need the env itself bind it here.

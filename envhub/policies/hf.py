@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
+import json
 import random
 import threading
 import warnings
+from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, get_args
@@ -31,6 +34,13 @@ from envhub.trace import EpisodeTokens
 __all__ = ["TransformersPolicy"]
 
 INSTALL_HINT = "pip install 'envhub-core[hf]' (torch==2.13.0 and transformers)"
+
+
+def _installed(distribution: str) -> str | None:
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
 
 
 def _stop_ids(model: Any, tokenizer: Any) -> set[int]:
@@ -157,6 +167,7 @@ class TransformersPolicy(Policy):
     """
 
     name = "hf"
+    engine = "transformers"
 
     def __init__(
         self,
@@ -192,10 +203,39 @@ class TransformersPolicy(Policy):
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.chat_template = chat_template
+        self._config: dict[str, Any] = json.loads((path / "config.json").read_text())
+        self.seed = seed
+        self.device = device
+        self.batch_size = batch_size
         self._shared = _Model(path, device, seed, batch_size, max_wait)
         self._tokens = EpisodeTokens()
         self._written: dict[str, str] = {}
         """This episode's tool-calling messages (as JSON) to the text the model wrote (text tool format)."""
+
+    def info(self) -> dict[str, Any]:
+        """The model (its directory, and the architecture its config names), the sampling settings
+        (`max_tokens` is transformers' `max_new_tokens`; no top-p: sampling is plain softmax), the
+        engine's version, the device and batching, and the chat template when it is not the model's."""
+        config = self._config
+        template = self.chat_template
+        return {
+            **super().info(),
+            "engine_version": _installed("transformers"),
+            "torch_version": _installed("torch"),
+            "model": str(self.model_dir.resolve()),
+            "model_type": config.get("model_type"),
+            "architectures": config.get("architectures"),
+            "temperature": self.temperature,
+            "do_sample": self.temperature > 0,
+            "max_tokens": self.max_new_tokens,
+            "seed": self.seed,
+            "device": self.device,
+            "batch_size": self.batch_size,
+            "tool_format": self.tool_format,
+            "chat_template_sha256": None
+            if template is None
+            else hashlib.sha256(template.encode()).hexdigest(),
+        }
 
     def for_episode(self, env: Env) -> Policy:
         """A copy that shares the loaded model but tracks this episode's tokens."""

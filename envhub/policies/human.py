@@ -28,6 +28,7 @@ def parse_human_line(line: str, turn: int) -> Action:
 
 class HumanPolicy(Policy):
     name = "human"
+    engine = "terminal"
 
     def __init__(self, read_line: Callable[[str], str] = input) -> None:
         self.read_line = read_line

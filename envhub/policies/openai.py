@@ -134,6 +134,7 @@ class OpenAIPolicy(Policy):
     """
 
     name = "openai"
+    engine = "openai-compatible HTTP"
 
     def __init__(
         self,
@@ -198,7 +199,7 @@ class OpenAIPolicy(Policy):
     def info(self) -> dict[str, Any]:
         """The server, model and sampling settings, recorded with every episode."""
         return {
-            "name": self.name,
+            **super().info(),
             "base_url": self.base_url,
             "model": self.model,
             "temperature": self.temperature,

@@ -16,6 +16,8 @@ class OraclePolicyError(RuntimeError):
 
 class OraclePolicy(Policy):
     name = "oracle"
+    engine = "reference solution"
+    """The env's own `reference_action`: no model, no sampling."""
 
     def __init__(self, env: Env | None = None) -> None:
         self.env = env

@@ -34,9 +34,16 @@ def random_value(schema: dict[str, Any], rng: random.Random) -> Any:
 class RandomPolicy(Policy):
     name = "random"
 
+    engine = "random"
+
     def __init__(self, seed: int | None = None, tool_probability: float = 0.5) -> None:
         self.rng = random.Random(seed)
+        self.seed = seed
         self.tool_probability = tool_probability
+
+    def info(self) -> dict[str, Any]:
+        """The seed (None: unseeded, so not reproducible) and how often it calls a tool."""
+        return {**super().info(), "seed": self.seed, "tool_probability": self.tool_probability}
 
     async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Action:
         if tools and self.rng.random() < self.tool_probability:
