@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from envhub.core import Env, EnvSpec, Observation
 from envhub.policies import OraclePolicy, OraclePolicyError, Policy, RandomPolicy
 from envhub.records import Episode
-from envhub.registration import registry
+from envhub.registration import PluginImportError, registry
 from envhub.rollout import RolloutLimits, rollout
 from envhub.rollout.kwargs import check_env_kwargs
 from envhub.store import read_episodes
@@ -90,6 +90,9 @@ class CheckReport(BaseModel):
 
     env_id: str
     """The resolved id that was checked (`arithmetic` → `arithmetic-v0`)."""
+    available: bool = True
+    """False when the env cannot be played here (`Env.unavailable_reason`): nothing was checked."""
+    unavailable_reason: str | None = None
     package: str | None = None
     package_version: str | None = None
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -100,7 +103,7 @@ class CheckReport(BaseModel):
 
     @property
     def passed(self) -> bool:
-        return not self.failures
+        return self.available and not self.failures
 
     @property
     def failures(self) -> list[CheckResult]:
@@ -115,6 +118,8 @@ class CheckReport(BaseModel):
 
     def summary(self) -> str:
         """One line for `envhub info` and the catalogue: the verdict and the two reward figures."""
+        if not self.available:
+            return f"unavailable: {self.unavailable_reason}"
         verdict = "passed" if self.passed else "FAILED " + ", ".join(r.name for r in self.failures)
         figures = [
             f"{label} {r.value:.2f}"
@@ -132,6 +137,7 @@ def check(
     oracle_reward: float | None = None,
     env_kwargs: dict[str, Any] | None = None,
     time_limit: float = 600.0,
+    on_check: Callable[[str], None] | None = None,
 ) -> CheckReport:
     """Run the arrival check of `env_id` (see the module's docstring); for callers without an event loop."""
     return asyncio.run(
@@ -142,6 +148,7 @@ def check(
             oracle_reward=oracle_reward,
             env_kwargs=env_kwargs,
             time_limit=time_limit,
+            on_check=on_check,
         )
     )
 
@@ -154,6 +161,7 @@ async def acheck(
     oracle_reward: float | None = None,
     env_kwargs: dict[str, Any] | None = None,
     time_limit: float = 600.0,
+    on_check: Callable[[str], None] | None = None,
 ) -> CheckReport:
     """The arrival check of `env_id`: `seeds` resets for determinism, `episodes` episodes (seeds 0, 1,
     ...) for the oracle and the random baseline, and one for the store. The oracle must score at least
@@ -163,14 +171,26 @@ async def acheck(
 
     An unknown id raises `UnknownEnvError`, as `make` does, and an option the env does not take raises
     `TypeError`, as `rollout` does; anything the environment itself gets wrong
-    (its constructor, reset or step raising included) is a failed check in the report.
+    (its constructor, reset or step raising included) is a failed check in the report. An env that
+    declares it cannot be played here (`Env.unavailable_reason`) is not played: the report says
+    `unavailable` and why, and every check is skipped. `on_check(name)` is called as each check starts
+    (`RESET` covers `SEEDED` too), for a progress display.
     """
     if seeds < 1 or episodes < 1:
         raise ValueError(f"need at least one seed and one episode, got seeds={seeds}, episodes={episodes}")
     spec = registry.spec(env_id)
     kwargs = dict(env_kwargs or {})
     check_env_kwargs(spec.id, kwargs)  # a mistyped option is the caller's mistake, not a failed check
+    try:
+        reason = registry.unavailable_reason(spec.id)
+    except PluginImportError:  # the reset check makes it, and reports the import error as its failure
+        reason = None
+    if reason is not None:
+        skipped = [CheckResult(name=name, status="skip", detail=f"unavailable: {reason}") for name in CHECKS]
+        return _report(spec, kwargs, seeds, episodes, skipped, unavailable_reason=reason)
+    started = on_check or (lambda name: None)
     limits = RolloutLimits(episode_timeout=time_limit, step_timeout=time_limit, retries=0)
+    started(RESET)
     reset, seeded, declared = await _reset_checks(spec.id, kwargs, seeds, time_limit)
     if reset.status == "fail" and seeded.status == "skip":  # it could not be made or reset at all
         skipped = [
@@ -179,6 +199,7 @@ async def acheck(
         ]
         return _report(spec, kwargs, seeds, episodes, [reset, seeded, *skipped])
     threshold = oracle_reward if oracle_reward is not None else declared.reference_reward
+    started(ORACLE)
     oracle = (
         await _oracle_check(spec.id, kwargs, episodes, threshold, limits)
         if declared.has_reference
@@ -189,17 +210,27 @@ async def acheck(
         )
     )
     played = oracle.status != "skip"
+    started(RANDOM)
     random = await _random_check(spec.id, kwargs, episodes, limits, threshold if played else None)
     player: Callable[[], Policy] = OraclePolicy if played else lambda: RandomPolicy(seed=0)
+    started(ROUND_TRIP)
     round_trip = await _round_trip_check(spec.id, kwargs, player, limits)
     return _report(spec, kwargs, seeds, episodes, [reset, seeded, oracle, random, round_trip])
 
 
 def _report(
-    spec: EnvSpec, kwargs: dict[str, Any], seeds: int, episodes: int, results: list[CheckResult]
+    spec: EnvSpec,
+    kwargs: dict[str, Any],
+    seeds: int,
+    episodes: int,
+    results: list[CheckResult],
+    *,
+    unavailable_reason: str | None = None,
 ) -> CheckReport:
     return CheckReport(
         env_id=spec.id,
+        available=unavailable_reason is None,
+        unavailable_reason=unavailable_reason,
         package=spec.provenance.package,
         package_version=spec.provenance.package_version,
         env_kwargs=kwargs,

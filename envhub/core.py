@@ -205,6 +205,13 @@ class Env(ABC):
     """Whether `fork` can copy an episode of this env: True, or a sentence saying why not and what to do
     instead (an env holding a live browser page, a remote connection)."""
 
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why this env cannot be played on this machine (data its upstream does not ship, a newer
+        Python, a paid external service), or None when it can: `envhub list` hides such ids unless
+        asked, and `info` and `check` say why instead of failing on it. Read without making the env."""
+        return None
+
     @property
     def tools(self) -> list[ToolSpec]:
         """The tools the agent may call in this environment; none by default."""

@@ -298,6 +298,14 @@ class Registry:
             ),
         )
 
+    def unavailable_reason(self, env_id: str) -> str | None:
+        """Why `env_id` cannot be played here, as its class says (`Env.unavailable_reason`), without
+        making it; None when it can. A factory that is not an Env class is taken to be playable."""
+        factory = self._load(self.resolve(env_id))
+        if isinstance(factory, type) and issubclass(factory, Env):
+            return factory.unavailable_reason()
+        return None
+
     def _load(self, registration: Registration) -> EnvFactory:
         if not isinstance(registration.entry_point, str):
             return registration.entry_point

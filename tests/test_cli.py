@@ -24,7 +24,7 @@ def test_list_json_shows_index_and_installed_state() -> None:
 
 
 def test_list_table() -> None:
-    result = runner.invoke(app, ["list"], env={"COLUMNS": "200"})
+    result = runner.invoke(app, ["list", "--all"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "guess-number-v0" in result.output and "envhub-games" in result.output
 

@@ -71,15 +71,17 @@ def test_info_lists_the_rewards_with_their_weights() -> None:
 def test_list_groups_ids_by_source_with_counts() -> None:
     rows = json.loads(runner.invoke(app, ["list", "--json"]).output)
     counts = Counter(row["package"] for row in rows)
-    result = runner.invoke(app, ["list"], env={"COLUMNS": "200"})
+    result = runner.invoke(app, ["list", "--all", "--unavailable"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     # a source is a distribution, or `register() in MODULE` for ids other tests registered in this process
     titles = re.findall(r"^(\S.*?) · (\d+) ids?\s*$", result.output, flags=re.MULTILINE)
     assert titles == [(package, str(n)) for package, n in sorted(counts.items())]
     assert ("envhub-games", "3") in titles
     installed = sum(row["installed"] for row in rows)
+    playable = sum(row["available"] for row in rows)
     last = result.output.strip().splitlines()[-1]
-    assert last == f"{len(rows)} environments from {len(counts)} sources, {installed} installed"
+    sources = f"{len(counts)} sources"
+    assert last == f"{len(rows)} environments from {sources}, {installed} installed, {playable} playable here"
 
 
 @pytest.mark.parametrize("name", ["games", "envhub-games", "Envhub_Games"])

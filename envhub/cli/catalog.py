@@ -17,17 +17,20 @@ from importlib import metadata
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 import envhub
 from envhub.authoring.rewards import reward_methods
 from envhub.checks import load_report
 from envhub.cli.app import USER_ERRORS, app, console, fail
-from envhub.registration import Registration, registry
+from envhub.registration import PluginImportError, Registration, registry
 
 
 def catalog() -> list[dict[str, Any]]:
-    """Every environment the registry or the hub index knows, one row per id."""
+    """Every environment the registry or the hub index knows, one row per id, each saying whether it can
+    be played here (`available`) and, when not, why (`unavailable_reason`)."""
     rows: dict[str, dict[str, Any]] = {}
     index_ids = registry.index.ids() if registry.index else {}
     for env_id, entry in index_ids.items():
@@ -35,6 +38,8 @@ def catalog() -> list[dict[str, Any]]:
             "id": env_id,
             "package": entry.package,
             "installed": False,
+            "available": False,
+            "unavailable_reason": f"not installed: pip install {entry.package}",
             "description": entry.description,
             "tags": entry.tags,
             "default_sandbox": entry.default_sandbox,
@@ -49,11 +54,26 @@ def catalog() -> list[dict[str, Any]]:
         row["installed"] = True
         if env_id in conflicts:
             row["conflict"] = [r.origin for r in conflicts[env_id]]
-        elif not row["description"] or not row["tags"]:  # a plugin the hub's index does not know
-            described = _described_by_plugin(registration)
-            row["description"] = row["description"] or described["description"]
-            row["tags"] = row["tags"] or described["tags"]
+            reason: str | None = "provided by more than one plugin: " + ", ".join(row["conflict"])
+        else:
+            reason = unavailable_reason(env_id)
+            if not row["description"] or not row["tags"]:  # a plugin the hub's index does not know
+                described = _described_by_plugin(registration)
+                row["description"] = row["description"] or described["description"]
+                row["tags"] = row["tags"] or described["tags"]
+        row["available"] = reason is None
+        row["unavailable_reason"] = reason
     return sorted(rows.values(), key=lambda row: row["id"])
+
+
+def unavailable_reason(env_id: str) -> str | None:
+    """Why an installed id cannot be played here, or None: what its class declares, or its plugin's
+    import error (`envhub info ID` prints the whole traceback)."""
+    try:
+        return registry.unavailable_reason(env_id)
+    except PluginImportError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"its plugin fails to import: {first}"
 
 
 def _described_by_plugin(registration: Registration) -> dict[str, Any]:
@@ -99,9 +119,21 @@ def list_envs(
         str | None,
         typer.Option(help="Only the ids one distribution provides, e.g. envhub-games or just games."),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="Every playable id in one table per source, not the summary.")
+    ] = False,
+    unavailable: Annotated[
+        bool,
+        typer.Option(
+            "--unavailable", help="Also list the ids that cannot be played here, each with the reason."
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print every id as JSON, with `available` and the reason.")
+    ] = False,
 ) -> None:
-    """List every environment, grouped by source: installed plugins and the hub's index."""
+    """List the environments: by default a summary by source with counts; the ids with --all or
+    --source. Ids that cannot be played here (missing data, not installed) are hidden unless asked."""
     rows = catalog()
     if source is not None:
         chosen = [row for row in rows if _is_source(row["package"], source)]
@@ -114,21 +146,55 @@ def list_envs(
         typer.echo(json.dumps(rows, indent=2))
         return
     groups = by_source(rows)
-    for package, group in groups.items():
-        console.print(_source_table(package, group))
+    if show_all or source is not None or unavailable:
+        for package, group in groups.items():
+            shown = [row for row in group if unavailable or row["available"]]
+            if shown:
+                console.print(_source_table(package, shown, hidden=len(group) - len(shown)))
+    else:
+        console.print(_summary_table(groups))
     installed = sum(row["installed"] for row in rows)
+    playable = sum(row["available"] for row in rows)
     summary = (
-        f"{_count(len(rows), 'environment')} from {_count(len(groups), 'source')}, {installed} installed"
+        f"{_count(len(rows), 'environment')} from {_count(len(groups), 'source')}, {installed} installed, "
+        f"{playable} playable here"
     )
     console.print(summary, highlight=False)
+    hints = []
+    if not (show_all or source is not None or unavailable):
+        hints.append("--all lists every playable id, --source NAME one source's")
+    if playable < len(rows) and not unavailable:
+        hints.append(f"--unavailable adds the {len(rows) - playable} that cannot be played here, with why")
+    if hints:
+        console.print(f"envhub list {'; '.join(hints)}", highlight=False)
 
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _source_table(package: str, rows: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"{package} · {_count(len(rows), 'id')}", title_justify="left")
+def _summary_table(groups: dict[str, list[dict[str, Any]]]) -> Table:
+    """One row per source: how many ids it has, and how many of them are installed and playable here
+    (`--unavailable` lists the others with their reasons)."""
+    table = Table(title="envhub environments by source", title_justify="left")
+    table.add_column("source", style="bold", no_wrap=True)
+    for column in ("ids", "installed", "playable"):
+        table.add_column(column, justify="right")
+    for package, group in groups.items():
+        table.add_row(
+            package,
+            str(len(group)),
+            str(sum(row["installed"] for row in group)),
+            str(sum(row["available"] for row in group)),
+        )
+    return table
+
+
+def _source_table(package: str, rows: list[dict[str, Any]], *, hidden: int = 0) -> Table:
+    title = f"{package} · {_count(len(rows), 'id')}"
+    if hidden:
+        title += f" ({hidden} not playable here: --unavailable)"
+    table = Table(title=title, title_justify="left")
     table.add_column("id", no_wrap=True, style="bold")
     for column in ("installed", "sandbox", "tags", "description"):
         table.add_column(column)
@@ -136,12 +202,17 @@ def _source_table(package: str, rows: list[dict[str, Any]]) -> Table:
         installed = "yes" if row["installed"] else "[dim]no[/]"
         if row.get("conflict"):
             installed = "[red]conflict[/]"
+        description = row["description"]
+        if not row["available"]:
+            description = f"[yellow]unavailable: {escape(row['unavailable_reason'])}[/] {escape(description)}"
+        else:
+            description = escape(description)
         table.add_row(
             row["id"],
             installed,
             row["default_sandbox"] or "",
             ", ".join(row["tags"]),
-            row["description"],
+            description,
         )
     return table
 
@@ -213,20 +284,25 @@ def _rewards(env: envhub.Env) -> str:
 
 @app.command()
 def info(env_id: str) -> None:
-    """Show an environment's spec, provenance, tools and constructor options."""
+    """Show an environment's spec, provenance, tools and constructor options, and whether it can be
+    played here (and if not, why)."""
     try:
-        env = envhub.make(env_id)
+        spec = registry.spec(env_id)
+        reason = registry.unavailable_reason(env_id)
+        env = envhub.make(env_id) if reason is None else None
     except USER_ERRORS as exc:
         raise fail(exc) from exc
-    assert env.spec is not None
-    spec = env.spec
     entry = registry.index.envs.get(envhub.parse_env_id(spec.id).family) if registry.index else None
     table = Table(title=spec.id, show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
-    table.add_row("class", f"{type(env).__module__}.{type(env).__qualname__}")
-    table.add_row("description", (entry.description if entry else None) or inspect.getdoc(type(env)) or "")
-    table.add_row("max turns", str(env.max_turns))
+    if env is not None:
+        table.add_row("class", f"{type(env).__module__}.{type(env).__qualname__}")
+    description = (entry.description if entry else None) or (inspect.getdoc(type(env)) if env else "") or ""
+    table.add_row("description", description)
+    table.add_row("available", "yes" if reason is None else Text(f"no: {reason}", style="yellow"))
+    if env is not None:
+        table.add_row("max turns", str(env.max_turns))
     provenance = spec.provenance
     for field, value in provenance.model_dump().items():
         if value is not None:
@@ -236,13 +312,15 @@ def info(env_id: str) -> None:
         if depends := requirements(provenance.package):
             table.add_row("depends on", "\n".join(depends))
     table.add_row("arrival check", arrival(spec.id, provenance.package_version))
-    parameters = [
-        str(p) for name, p in inspect.signature(type(env)).parameters.items() if name not in ("self",)
-    ]
-    table.add_row("options", ", ".join(parameters) or "none")
-    table.add_row("tools", "\n".join(f"{t.name}: {t.description}" for t in env.tools) or "none")
-    table.add_row("rewards", _rewards(env))
+    if env is not None:
+        parameters = [
+            str(p) for name, p in inspect.signature(type(env)).parameters.items() if name not in ("self",)
+        ]
+        table.add_row("options", ", ".join(parameters) or "none")
+        table.add_row("tools", "\n".join(f"{t.name}: {t.description}" for t in env.tools) or "none")
+        table.add_row("rewards", _rewards(env))
     if entry and entry.tags:
         table.add_row("tags", ", ".join(entry.tags))
     console.print(table)
-    asyncio.run(env.close())
+    if env is not None:
+        asyncio.run(env.close())

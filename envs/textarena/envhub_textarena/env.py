@@ -41,6 +41,10 @@ class TextArenaGame(envhub.MultiTurnEnv):
 
     game: ClassVar[Game]
 
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        return cls.game.reason
+
     def __init__(self, opponent: str = "random", *, max_turns: int | None = None) -> None:
         if self.game.reason is not None:
             raise GameUnavailable(f"{self.game.env_id} is unavailable: {self.game.reason}")
