@@ -7,6 +7,7 @@ set-up modules are imported when a command runs, so `envhub --help` stays fast.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,9 +16,10 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envhub.cli.app import console, fail
+from envhub.cli.app import console
 
 if TYPE_CHECKING:
+    from envhub_swe.data import Instance
     from envhub_swe.validate import Validation
 
 app = typer.Typer(
@@ -25,6 +27,59 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,  # completion belongs to the root `envhub` command
 )
+
+
+def _rows(dataset: str, ids: list[str] | None, *, split: str, data: Path | None) -> list[Instance]:
+    """The rows asked for; ids the dataset lacks are an error that names the dataset read and the fix."""
+    from envhub_swe.data import ENV_VAR, find_lite, load, select
+
+    rows = load(dataset, split=split, path=data)
+    missing = [i for i in ids or () if i not in {row.instance_id for row in rows}]
+    if not missing:
+        return select(rows, instance=ids or None)
+    where = "the bundled set" if dataset == "swe-mini" else ", ".join(map(str, find_lite(split, data)))
+    if dataset == "swe-bench-lite":
+        where = f"its {split} split, {where}"
+    lines = [f"unknown instance ids in {dataset} ({where}; {len(rows)} rows): {', '.join(missing)}"]
+    elsewhere, lite_missing = _other_datasets(dataset, split=split, data=data)
+    own = [row.instance_id for row in rows]
+    for wanted in missing:
+        if wanted in elsewhere:
+            lines.append(f"{wanted} is in {elsewhere[wanted][0]}: pass {elsewhere[wanted][1]}")
+        elif close := difflib.get_close_matches(wanted, own, n=1):
+            lines.append(f"{wanted}: did you mean {close[0]}?")
+        elif close := difflib.get_close_matches(wanted, list(elsewhere), n=1):
+            other, option = elsewhere[close[0]]
+            lines.append(f"{wanted}: did you mean {close[0]} (in {other}: pass {option})?")
+    if lite_missing and len(lines) == 1:
+        lines.append(
+            "SWE-bench Lite ids need --dataset swe-bench-lite and its parquet files (not found here: "
+            f"pass --data FOLDER or set ${ENV_VAR}=FOLDER)"
+        )
+    raise KeyError("\n".join(lines))
+
+
+def _other_datasets(
+    dataset: str, *, split: str, data: Path | None
+) -> tuple[dict[str, tuple[str, str]], bool]:
+    """Every id of the other datasets and splits this machine has, with the dataset's name and the
+    options that choose it; and whether SWE-bench Lite could not be found."""
+    from envhub_swe.data import SPLITS, DatasetNotFound, load
+
+    others = [("swe-mini", "test")] if dataset != "swe-mini" else []
+    others += [("swe-bench-lite", s) for s in SPLITS if (dataset, split) != ("swe-bench-lite", s)]
+    found: dict[str, tuple[str, str]] = {}
+    lite_missing = False
+    for other, other_split in others:
+        try:
+            rows = load(other, split=other_split, path=data)
+        except DatasetNotFound:
+            lite_missing = True
+            continue
+        option = f"--dataset {other}" + (f" --split {other_split}" if other_split != "test" else "")
+        name = other if other == "swe-mini" else f"{other}'s {other_split} split"
+        found.update({row.instance_id: (name, option) for row in rows})
+    return found, lite_missing
 
 
 @app.command()
@@ -37,27 +92,63 @@ def validate(
     split: Annotated[str, typer.Option(help="swe-bench-lite split: test or dev")] = "test",
     data: Annotated[Path | None, typer.Option(help="folder holding SWE-bench Lite's parquet files")] = None,
     workspaces: Annotated[Path | None, typer.Option(help="root of `envhub swe prepare` workspaces")] = None,
-    concurrency: Annotated[int, typer.Option(min=1)] = 2,
+    concurrency: Annotated[int, typer.Option(min=1, help="instances graded at once")] = 2,
+    together: Annotated[
+        bool | None,
+        typer.Option(
+            "--together/--one-by-one",
+            help="grade an instance's gold and empty at once (default: where there is a core per grade)",
+        ),
+    ] = None,
     timeout: Annotated[
         float, typer.Option(min=1, help="seconds one grading command may run (the harness's 1800)")
     ] = 1800.0,
+    retries: Annotated[
+        int, typer.Option(min=0, help="times a grade lost to the sandbox (infrastructure) is tried again")
+    ] = 1,
+    results: Annotated[
+        Path | None,
+        typer.Option(help="JSON-lines file: each grade's verdict is appended the moment it is reached"),
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option(help="reuse the verdicts already in --results (errors are graded again)")
+    ] = False,
     keep_logs: Annotated[
         Path | None, typer.Option(help="folder for each run's whole log (ID.gold.log, ID.empty.log)")
     ] = None,
 ) -> None:
     """Grade each instance's gold patch (must resolve) and an empty patch (must not)."""
-    from envhub_swe.data import DatasetNotFound, load, select
-    from envhub_swe.prepare import Unsupported
+    from envhub_swe.data import DatasetNotFound
+    from envhub_swe.validate import VerdictStore, default_together
     from envhub_swe.validate import validate as run_validation
 
     if runtime not in ("local", "docker"):
         console.print(f"[red]unknown runtime {runtime!r}[/red]: choose local or docker")
         raise typer.Exit(2)
+    if resume and results is None:
+        console.print("[red]--resume reuses stored verdicts[/red]: give their file with --results")
+        raise typer.Exit(2)
+    if results is not None and not resume and results.exists() and results.stat().st_size:
+        console.print(
+            f"[red]{results} already holds verdicts[/red]: pass --resume to reuse them, "
+            "or another --results file"
+        )
+        raise typer.Exit(2)
     try:
-        rows = select(load(dataset, split=split, path=data), instance=instances or None)
-    except (DatasetNotFound, KeyError, ValueError) as exc:
+        rows = _rows(dataset, instances, split=split, data=data)
+    except KeyError as exc:
+        console.print(f"[red]{exc.args[0]}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from exc
+    except (DatasetNotFound, ValueError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
+    store = VerdictStore(results, resume=resume) if results is not None else None
+    pair = default_together(concurrency, len(rows)) if together is None else together
+    console.print(
+        f"grading {len(rows)} instance(s) of {dataset}, gold and empty "
+        + ("at once" if pair else "one after the other")
+        + (f"; verdicts stored in {store.path} as they are reached" if store is not None else "")
+    )
     started = time.monotonic()
     with Progress(
         TextColumn("[bold]validating"),
@@ -68,43 +159,65 @@ def validate(
     ) as progress:
         task = progress.add_task("validate", total=len(rows))
 
-        def advance(_: Validation) -> None:
+        def advance(result: Validation) -> None:
+            state = "valid" if result.ok else "not graded" if result.errors else "invalid"
+            progress.console.print(
+                f"{result.instance_id}: {state}" + (f" ({result.note})" if result.note else "")
+            )
             progress.advance(task)
 
-        try:
-            results = asyncio.run(
-                run_validation(
-                    rows,
-                    dataset=dataset,
-                    runtime=runtime,  # type: ignore[arg-type]
-                    workspaces=workspaces.resolve() if workspaces else None,
-                    concurrency=concurrency,
-                    timeout_s=timeout,
-                    keep_logs=keep_logs,
-                    on_done=advance,
-                )
+        results_ = asyncio.run(
+            run_validation(
+                rows,
+                dataset=dataset,
+                runtime=runtime,  # type: ignore[arg-type]
+                workspaces=workspaces.resolve() if workspaces else None,
+                concurrency=concurrency,
+                timeout_s=timeout,
+                keep_logs=keep_logs,
+                on_done=advance,
+                together=pair,
+                retries=retries,
+                results=store,
             )
-        except Unsupported as exc:  # a missing image or workspace: say what to do, no traceback
-            raise fail(exc) from exc
+        )
     table = Table(title=f"{dataset} · runtime {runtime}")
     for column in ("instance", "gold", "empty", "canary", "seconds", "note"):
         table.add_column(column)
-    for r in results:
+    for r in results_:
         table.add_row(
             r.instance_id,
-            "[green]resolved[/green]" if r.gold_resolved else "[red]not resolved[/red]",
-            "[red]resolved[/red]" if r.empty_resolved else "[green]not resolved[/green]",
+            _shown(r.gold_error, r.gold_resolved, good=True),
+            _shown(r.empty_error, r.empty_resolved, good=False),
             r.canary,
-            f"{r.duration_s:.2f}",
+            f"{r.wall_s:.2f}",
             r.note,
         )
     console.print(table)
-    good = sum(r.ok for r in results)
-    console.print(f"{good}/{len(results)} valid in {time.monotonic() - started:.1f} s")
+    good = sum(r.ok for r in results_)
+    console.print(f"{good}/{len(results_)} valid in {time.monotonic() - started:.1f} s")
+    failed = [r for r in results_ if r.errors]
+    if failed:
+        console.print(f"[yellow]{len(failed)} instance(s) not graded[/yellow] (the others' verdicts stand):")
+        for message in dict.fromkeys(f"{r.instance_id}: {e}" for r in failed for e in r.errors):
+            console.print(f"  {message}", soft_wrap=True)
+        console.print(
+            "grade only those again with --results FILE --resume"
+            if store is None
+            else f"grade only those again: the same command with --resume (verdicts in {store.path})"
+        )
     if keep_logs is not None:
         console.print(f"whole logs in {keep_logs.resolve()}")
-    if good != len(results):
+    if good != len(results_):
         raise typer.Exit(1)
+
+
+def _shown(error: str, resolved: bool, *, good: bool) -> str:
+    """A verdict cell: resolved or not, green where it is what a valid instance needs; `error` unknown."""
+    if error:
+        return "[yellow]error[/yellow]"
+    colour = "green" if resolved == good else "red"
+    return f"[{colour}]{'resolved' if resolved else 'not resolved'}[/{colour}]"
 
 
 @app.command()
@@ -126,21 +239,24 @@ def prepare(
     ] = 1800.0,
 ) -> None:
     """Make a checkout at base_commit and its environment (the official harness's spec) for one instance."""
-    from envhub_swe.data import DatasetNotFound, load, select
+    from envhub_swe.data import DatasetNotFound
     from envhub_swe.prepare import SetupFailed, Unsupported
     from envhub_swe.prepare import prepare as run_prepare
 
     try:
-        (row,) = select(load(dataset, split=split, path=data), instance=instance)
+        (row,) = _rows(dataset, [instance], split=split, data=data)
         with console.status(f"preparing {instance} (the set-up log streams to ROOT/{instance}.prepare.log)"):
             dest = run_prepare(row, repo, root.resolve(), python=python, timeout_s=timeout)
     except Unsupported as exc:
-        console.print(f"[yellow]cannot run locally[/yellow]: {exc}")
+        console.print(f"[yellow]cannot prepare[/yellow] {exc}", soft_wrap=True)
         raise typer.Exit(3) from exc
     except SetupFailed as exc:
         console.print(f"[red]the environment could not be built[/red] (nothing was left half-made): {exc}")
         raise typer.Exit(4) from exc
-    except (DatasetNotFound, KeyError, ValueError, RuntimeError) as exc:
+    except KeyError as exc:
+        console.print(f"[red]{exc.args[0]}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from exc
+    except (DatasetNotFound, ValueError, RuntimeError) as exc:
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(2) from exc
     console.print(

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict
 
 from envhub_swe.data import Instance
-from envhub_swe.patches import TEST_INFRA
+from envhub_swe.patches import TEST_INFRA, MalformedPatch, parse_patch
 from envhub_swe.pythons import Interpreter, NoInterpreter, choose, probe, sandbox_binds, traversable
 from envhub_swe.runtime import (
     DEFAULT_TIMEOUT_S,
@@ -120,7 +120,7 @@ def prepare(
     dest = root / instance.instance_id
     if _finished(dest, instance) is not None:
         return dest
-    _check_commit(clone, instance.base_commit, instance.instance_id)
+    _check_commit(clone, instance)
     repo, venv = dest / "repo", dest / "venv"
     try:
         plan = plan or setup_plan(instance, clone, str(repo))
@@ -157,15 +157,76 @@ def _finished(dest: Path, instance: Instance) -> Workspace | None:
     return workspace if workspace.base_commit == instance.base_commit else None
 
 
-def _check_commit(clone: Path, commit: str, instance_id: str) -> None:
+def _check_commit(clone: Path, instance: Instance) -> None:
+    """Refuse a clone that lacks base_commit, naming why: not a git repository, a clone of another
+    project (most of the files the row's patches change were never in its history), or the right project
+    without that commit (a shallow or older clone)."""
+    commit, instance_id = instance.base_commit, instance.instance_id
     found = subprocess.run(
         ["git", "-C", str(clone), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True, check=False
     )
-    if found.returncode != 0:
+    if found.returncode == 0:
+        return
+    upstream = f"https://github.com/{instance.repo}"
+    if not _git_ok(clone, "rev-parse", "--git-dir"):
         raise Unsupported(
-            f"{instance_id}: base commit {commit} is not in {clone} (a shallow or older snapshot?): "
-            "fetch the repository's full history (git fetch --unshallow) and prepare again"
+            f"{instance_id}: {clone} is not a git repository; pass --repo a clone of {upstream}"
         )
+    paths = old_paths(instance)
+    if not _has_history_of(clone, paths):
+        origin = _git_out(clone, "config", "--get", "remote.origin.url")
+        raise Unsupported(
+            f"{instance_id}: {clone} is not a clone of {instance.repo}"
+            + (f" (its origin is {origin})" if origin else "")
+            + f": base commit {commit[:12]} is not in it, and most of the files the instance's patches "
+            f"change (e.g. {paths[0]}) were never in its history; pass --repo a clone of {upstream}"
+        )
+    if _git_out(clone, "rev-parse", "--is-shallow-repository") == "true":
+        raise Unsupported(
+            f"{instance_id}: base commit {commit} is not in {clone}, a shallow clone of {instance.repo}: "
+            f"fetch its full history (git -C {clone} fetch --unshallow) and prepare again"
+        )
+    raise Unsupported(
+        f"{instance_id}: base commit {commit} is not in {clone}, a clone of {instance.repo} without that "
+        f"commit (older than the row, or a fork's): fetch it (git -C {clone} fetch {upstream}) or clone "
+        f"{upstream} afresh, and prepare again"
+    )
+
+
+def old_paths(instance: Instance) -> list[str]:
+    """The files the gold and test patches change that existed before them: every clone of the row's
+    repository has had them."""
+    paths: list[str] = []
+    for patch in (instance.patch, instance.test_patch):
+        try:
+            sections = parse_patch(patch)
+        except MalformedPatch:
+            continue
+        paths += [s.old_path for s in sections if s.old_path is not None]
+    return list(dict.fromkeys(paths))
+
+
+def _has_history_of(clone: Path, paths: list[str]) -> bool:
+    """Whether at least half of `paths` are in the clone: at HEAD, or else in any commit it holds. A
+    repository of another project shares a `setup.py` or a `CHANGES.rst` at most, never the package's own
+    modules and tests; the row's own project, however old or new the clone, has most of them."""
+    if not paths:
+        return True
+    at_head = _git_out(clone, "ls-tree", "-r", "--name-only", "HEAD", "--", *paths).splitlines()
+    seen = set(at_head) & set(paths)
+    if 2 * len(seen) < len(paths):
+        history = _git_out(clone, "log", "--all", "--name-only", "--format=", "--", *paths)
+        seen |= set(history.splitlines()) & set(paths)
+    return 2 * len(seen) >= len(paths)
+
+
+def _git_ok(clone: Path, *args: str) -> bool:
+    return subprocess.run(["git", "-C", str(clone), *args], capture_output=True, check=False).returncode == 0
+
+
+def _git_out(clone: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(clone), *args], capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 def _check_complete(repo: Path, clone: Path, instance_id: str) -> None:

@@ -1,17 +1,101 @@
-"""Check a dataset against its own grader: each gold patch must resolve, and an empty patch must not."""
+"""Check a dataset against its own grader: each gold patch must resolve, and an empty patch must not.
+
+Gold and empty are graded at once where the cores allow (`together`); each grade's verdict is appended
+to a results file the moment it is reached (`VerdictStore`), and a grade the machinery lost (a sandbox
+gone mid-run, an infrastructure error) is retried, then reported for its instance alone: the others'
+verdicts, and the same instance's other grade, are kept.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from envhub.core import InfrastructureError
 from envhub_swe.data import Instance
 from envhub_swe.evaluation import GradeReport, cut_test_output
-from envhub_swe.runtime import DEFAULT_TIMEOUT_S, RuntimeKind, grade, mini_runtime, mini_workspace
+from envhub_swe.runtime import DEFAULT_TIMEOUT_S, Runtime, RuntimeKind, grade, mini_runtime, mini_workspace
+
+Which = Literal["gold", "empty"]
+RETRIED: tuple[type[BaseException], ...] = (InfrastructureError, OSError)
+"""What a lost sandbox raises (a scratch area removed under it surfaces as FileNotFoundError): retried.
+validate grades the dataset's own patches, so no such failure is the submission's doing."""
+
+
+class RunVerdict(BaseModel):
+    """One grade (gold or empty) of one instance, as the results file stores it when it is reached."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dataset: str
+    runtime: str
+    instance_id: str
+    which: Which
+    resolved: bool = False
+    summary: str = ""
+    canary: str = ""
+    cause: str = ""
+    """Why it did not resolve, first cause first (see `first_cause`); empty when it resolved."""
+    duration_s: float = 0.0
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    """Wall-clock (epoch) seconds: when the grade began (its first attempt) and when it was reached."""
+    attempts: int = 1
+    retried_after: str = ""
+    """The failure that made an earlier attempt be retried, if one was."""
+    error: str = ""
+    """Why no verdict was reached (infrastructure, after every attempt; or the instance cannot run here)."""
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.dataset, self.runtime, self.instance_id, self.which)
+
+
+class VerdictStore:
+    """A JSON-lines results file: one line per grade, appended and flushed as each is reached, so an
+    interrupted run loses only the grades in flight. `resume` reuses the verdicts already there
+    (errors are graded again). Hand-written: a few lines of JSON, nothing a library would add."""
+
+    def __init__(self, path: Path, *, resume: bool = False) -> None:
+        self.path = path.expanduser().resolve()
+        self.reached: dict[tuple[str, str, str, str], RunVerdict] = self._read() if resume else {}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def _read(self) -> dict[tuple[str, str, str, str], RunVerdict]:
+        if not self.path.exists():
+            return {}
+        found: dict[tuple[str, str, str, str], RunVerdict] = {}
+        for line in self.path.read_text().splitlines():
+            try:
+                verdict = RunVerdict.model_validate_json(line)
+            except ValidationError:  # a line an interrupted write cut short
+                continue
+            if not verdict.error:
+                found[verdict.key] = verdict
+        return found
+
+    def get(self, key: tuple[str, str, str, str]) -> RunVerdict | None:
+        return self.reached.get(key)
+
+    def add(self, verdict: RunVerdict) -> None:
+        with self.path.open("a") as out:
+            out.write(verdict.model_dump_json() + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+
+def default_together(concurrency: int, count: int) -> bool:
+    """Gold and empty at once when every grade in flight gets a core of its own (a sandbox is held to
+    one CPU): a run then takes about one grade's time instead of two."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores >= 2 * max(1, min(concurrency, count))
 
 
 class Validation(BaseModel):
@@ -23,12 +107,56 @@ class Validation(BaseModel):
     gold_summary: str
     empty_summary: str
     duration_s: float
+    """Both grades' own durations, added: what grading cost, whether or not they ran at once."""
+    wall_s: float = 0.0
+    """From the first grade's start to the last one's verdict (less than `duration_s` when together)."""
     gold_canary: str = ""
     empty_canary: str = ""
     gold_cause: str = ""
     """Why gold did not resolve, first cause first (see `first_cause`); empty when it resolved."""
     gold: GradeReport | None = None
     empty: GradeReport | None = None
+    """The whole reports (None for a grade reused from the results file or not reached)."""
+    gold_error: str = ""
+    empty_error: str = ""
+    """Why that grade reached no verdict (see `RunVerdict.error`): the instance is reported, not valid."""
+    retried: str = ""
+    """A failure an attempt was retried after, for the note (the verdicts stand)."""
+    reused: bool = False
+    """Both verdicts came from the results file (`--resume`), not from grading now."""
+
+    @classmethod
+    def of(
+        cls, gold: RunVerdict, empty: RunVerdict, reports: dict[str, GradeReport] | None = None
+    ) -> Validation:
+        reports = reports or {}
+        return cls(
+            instance_id=gold.instance_id,
+            gold_resolved=gold.resolved,
+            empty_resolved=empty.resolved,
+            gold_summary=gold.summary,
+            empty_summary=empty.summary,
+            duration_s=round(gold.duration_s + empty.duration_s, 2),
+            wall_s=round(
+                max(gold.finished_at, empty.finished_at) - min(gold.started_at, empty.started_at), 2
+            ),
+            gold_canary=gold.canary,
+            empty_canary=empty.canary,
+            gold_cause=gold.cause,
+            gold=reports.get("gold"),
+            empty=reports.get("empty"),
+            gold_error=gold.error,
+            empty_error=empty.error,
+            retried=gold.retried_after or empty.retried_after,
+            reused="gold" not in reports and "empty" not in reports and not (gold.error or empty.error),
+        )
+
+    @property
+    def errors(self) -> list[str]:
+        """Each grade that reached no verdict, and why."""
+        return [
+            f"{w} not graded: {e}" for w, e in (("gold", self.gold_error), ("empty", self.empty_error)) if e
+        ]
 
     @property
     def canary(self) -> str:
@@ -40,13 +168,18 @@ class Validation(BaseModel):
 
     @property
     def ok(self) -> bool:
-        return self.gold_resolved and not self.empty_resolved
+        return self.gold_resolved and not self.empty_resolved and not self.errors
 
     @property
     def note(self) -> str:
-        """What the table says of an invalid instance: gold's first cause, or empty's summary."""
+        """What the table says of an instance: why a grade reached no verdict, gold's first cause, or
+        empty's summary; of a valid one, a retry it needed or that its verdicts were reused."""
+        if self.errors:
+            return "; ".join(self.errors)
         if self.ok:
-            return ""
+            if self.retried:
+                return f"retried after: {self.retried}"
+            return "from the results file" if self.reused else ""
         if not self.gold_resolved:
             return self.gold_cause or self.gold_summary
         return f"empty patch resolves: {self.empty_summary}"
@@ -104,6 +237,11 @@ def log_writer(directory: Path | None, instance_id: str, which: str) -> Callable
     return write
 
 
+def _failure(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
 async def validate(
     instances: Sequence[Instance],
     *,
@@ -114,25 +252,46 @@ async def validate(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     keep_logs: Path | None = None,
     on_done: Callable[[Validation], None] | None = None,
+    together: bool | None = None,
+    retries: int = 1,
+    results: VerdictStore | None = None,
+    on_verdict: Callable[[RunVerdict], None] | None = None,
 ) -> list[Validation]:
     """Grade the gold and the empty patch of every instance, `concurrency` instances at a time.
 
     `timeout_s` bounds each command of a grade (the tests included); `keep_logs` is a folder that gets
-    each run's whole log (the report keeps only its tail)."""
-    from envhub_swe.prepare import prepared
+    each run's whole log (the report keeps only its tail). `together` grades an instance's gold and
+    empty at once (None: where `default_together` says the cores allow). A grade that raises one of
+    `RETRIED` is tried again up to `retries` times in a fresh sandbox; one that still fails, or any other
+    failure (an instance that cannot run here), is that grade's `error`, and the rest go on. `results`
+    stores every verdict when it is reached and supplies those a resumed run reuses."""
+    from envhub_swe.prepare import Unsupported, prepared
 
     gate = asyncio.Semaphore(concurrency)
+    pair = default_together(concurrency, len(instances)) if together is None else together
 
     async def one(instance: Instance) -> Validation:
         async with gate:
-            ws: Path | None
-            if dataset == "swe-mini":
-                rt = mini_runtime(runtime, timeout_s=timeout_s)
-                ws = await asyncio.to_thread(mini_workspace, instance)
-            else:
-                root = Path(workspaces) if workspaces else None
-                rt, ws = await asyncio.to_thread(prepared, instance, root, runtime, timeout_s=timeout_s)
+            reports: dict[str, GradeReport] = {}
             full: dict[str, str] = {}
+            setup: tuple[Runtime, Path | None] | None = None
+            setup_error = ""
+            key = (dataset, runtime, instance.instance_id)
+            stored = {w: results.get((*key, w)) if results is not None else None for w in ("gold", "empty")}
+            if not all(stored.values()):
+                try:
+                    if dataset == "swe-mini":
+                        rt = mini_runtime(runtime, timeout_s=timeout_s)
+                        setup = rt, await asyncio.to_thread(mini_workspace, instance)
+                    else:
+                        root = Path(workspaces) if workspaces else None
+                        setup = await asyncio.to_thread(
+                            prepared, instance, root, runtime, timeout_s=timeout_s
+                        )
+                except Unsupported as exc:  # cannot run here: its message says what to do
+                    setup_error = str(exc)
+                except Exception as exc:  # e.g. building swe-mini's workspace failed
+                    setup_error = _failure(exc)
 
             def keep(which: str) -> Callable[[str], None]:
                 kept = log_writer(keep_logs, instance.instance_id, which)
@@ -144,21 +303,58 @@ async def validate(
 
                 return on_log
 
-            gold = await grade(instance, instance.patch, rt, ws, on_log=keep("gold"))
-            empty = await grade(instance, "", rt, ws, on_log=keep("empty"))
-            result = Validation(
-                instance_id=instance.instance_id,
-                gold_resolved=gold.resolved,
-                empty_resolved=empty.resolved,
-                gold_summary=gold.summary(),
-                empty_summary=empty.summary(),
-                duration_s=round(gold.duration_s + empty.duration_s, 2),
-                gold_canary=gold.canary,
-                empty_canary=empty.canary,
-                gold_cause="" if gold.resolved else first_cause(gold, full.get("gold")),
-                gold=gold,
-                empty=empty,
-            )
+            async def run(which: Which, patch: str) -> RunVerdict:
+                reused = stored[which]
+                if reused is not None:
+                    return reused
+                base = {"dataset": dataset, "runtime": runtime, "instance_id": instance.instance_id}
+                started, attempts, retried_after = time.time(), 0, ""
+                report: GradeReport | None = None
+                error = setup_error
+                while setup is not None and report is None:
+                    attempts += 1
+                    try:
+                        report = await grade(instance, patch, *setup, on_log=keep(which))
+                    except RETRIED as exc:
+                        if attempts > retries:
+                            error = f"{_failure(exc)} (infrastructure; {attempts} attempts)"
+                            break
+                        retried_after = _failure(exc)
+                    except Exception as exc:  # not the machinery's: reported at once, never retried
+                        error = _failure(exc)
+                        break
+                verdict = RunVerdict(
+                    **base,
+                    which=which,
+                    started_at=started,
+                    finished_at=time.time(),
+                    attempts=max(attempts, 1),
+                    retried_after=retried_after,
+                    error=error if report is None else "",
+                )
+                if report is not None:
+                    reports[which] = report
+                    verdict = verdict.model_copy(
+                        update={
+                            "resolved": report.resolved,
+                            "summary": report.summary(),
+                            "canary": report.canary,
+                            "cause": "" if report.resolved else first_cause(report, full.get(which)),
+                            "duration_s": report.duration_s,
+                        }
+                    )
+                if results is not None:
+                    results.add(verdict)
+                if on_verdict is not None:
+                    on_verdict(verdict)
+                return verdict
+
+            if pair:
+                gold, empty = await asyncio.gather(run("gold", instance.patch), run("empty", ""))
+            else:
+                gold = await run("gold", instance.patch)
+                empty = await run("empty", "")
+            result = Validation.of(gold, empty, reports)
             if on_done is not None:
                 on_done(result)
             return result
