@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -128,11 +129,22 @@ def _read(path: str) -> str:
         return ""
 
 
-def _pid_ns() -> str:
+@functools.cache
+def _boot_id() -> str:
+    return _read("/proc/sys/kernel/random/boot_id")
+
+
+@functools.cache
+def _pid_ns_of(pid: int) -> str:
+    """Cached per pid: a process does not change PID namespace (a fork's child is asked anew)."""
     try:
         return os.readlink("/proc/self/ns/pid")
     except OSError:
         return ""
+
+
+def _pid_ns() -> str:
+    return _pid_ns_of(os.getpid())
 
 
 def proc_shows_our_namespace() -> bool:
@@ -156,7 +168,7 @@ def same_namespace(owner: Owner) -> bool:
     return (
         bool(owner.boot_id and owner.pid_ns)
         and owner.host == socket.gethostname()
-        and owner.boot_id == _read("/proc/sys/kernel/random/boot_id")
+        and owner.boot_id == _boot_id()
         and owner.pid_ns == _pid_ns()
         and proc_shows_our_namespace()
     )
@@ -173,7 +185,7 @@ class _Heartbeat:
         self.owner = Owner(
             key=uuid.uuid4().hex,
             host=socket.gethostname(),
-            boot_id=_read("/proc/sys/kernel/random/boot_id"),
+            boot_id=_boot_id(),
             pid_ns=_pid_ns(),
             pid=self.pid,
             started=process_start(self.pid),
@@ -270,6 +282,16 @@ class _Heartbeat:
 
 _heartbeat: _Heartbeat | None = None
 _heartbeat_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A fork's child is another owner (another pid, start time), and a lock another thread held at the
+    fork would stay held in it forever: both start afresh."""
+    global _heartbeat, _heartbeat_lock
+    _heartbeat, _heartbeat_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def me(

@@ -223,3 +223,30 @@ def test_a_killed_owner_in_another_pid_namespace_is_reaped_once_its_lease_expire
 
             with contextlib.closing(docker.from_env()) as client, pytest.raises(docker.errors.NotFound):
                 client.containers.get(v.ref)
+
+
+def test_a_scratch_area_with_no_owner_lease_goes_only_once_a_day_old() -> None:
+    """An older envhub's area names a pid only: a pid not seen here may live in another namespace."""
+    from envhub.sandbox.owner import NO_LEASE_GRACE_S
+    from envhub.sandbox.scratch import SCRATCH_PREFIX, why_stale
+
+    path = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{free_pid()}-"))
+    try:
+        assert why_stale(path) is None
+        later = time.time() + NO_LEASE_GRACE_S + 60
+        assert "no lease" in (why_stale(path, now=later) or "")
+    finally:
+        path.rmdir()
+
+
+def test_the_heartbeat_writes_back_an_owner_lease_someone_removed() -> None:
+    from envhub.sandbox import owner
+
+    me = owner.me(interval_s=0.2)
+    lease = Path(tempfile.gettempdir(), owner.lease_name(me.key))
+    lease.unlink()
+    deadline = time.monotonic() + 60
+    while owner.find_lease(me.key, []) is None:
+        assert time.monotonic() < deadline, "the removed owner lease was never written again"
+        time.sleep(0.05)
+    assert owner.judge(me.key) == owner.ALIVE
