@@ -166,7 +166,7 @@ def test_cli_new_prints_the_files_and_next_commands(tmp_path: Path) -> None:
     root = tmp_path / "envhub-word-reverse"
     for relative in EXPECTED_FILES:
         assert relative in result.output
-    assert f"pip install -e {root}" in result.output
+    assert f"pip install -e {ROOT} -e '{root}[test]'" in result.output  # the core from this checkout
     assert f"pytest {root}" in result.output
 
 

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from envhub.cli.app import app, console, fail
-from envhub.scaffold import create_plugin
+from envhub.scaffold import core_source, create_plugin, install_line
 
 
 @app.command()
@@ -26,11 +26,18 @@ def new(
         plugin = create_plugin(name, dest, force=force)
     except (ValueError, OSError) as exc:
         raise fail(exc) from exc
+    core = core_source()
+    where = (
+        f"envhub-core comes from {core.removeprefix('-e ')}, where this one was installed from: the "
+        "package index has no envhub-core"
+        if core
+        else "envhub-core comes from the package index"
+    )
     lines = [
         f"Created {plugin.names.package} ({plugin.names.env_id}) in {plugin.root}:",
         *(f"  {path.relative_to(plugin.root)}" for path in plugin.files),
-        "Next:",
-        f"  pip install -e {plugin.root}",
+        f"Next, in any venv, a fresh one too ({where}; [test] brings pytest):",
+        f"  {install_line(plugin.root)}",
         f"  pytest {plugin.root}",
     ]
     for line in lines:  # soft-wrapped, so that long paths stay copy-pasteable

@@ -6,17 +6,30 @@ so the template stays readable as the package it becomes, and Python braces need
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import string
 from dataclasses import dataclass
-from importlib import resources
+from importlib import metadata, resources
 from importlib.resources.abc import Traversable
 from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import envhub
 from envhub.registration import registry
 
-__all__ = ["Plugin", "PluginNames", "ScaffoldError", "create_plugin", "plugin_names", "render"]
+__all__ = [
+    "Plugin",
+    "PluginNames",
+    "ScaffoldError",
+    "core_source",
+    "create_plugin",
+    "install_line",
+    "plugin_names",
+    "render",
+]
 
 NAME_RE = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 _VERSION_SUFFIX = re.compile(r"-v\d+$")
@@ -143,6 +156,35 @@ def render(names: PluginNames) -> dict[PurePosixPath, str]:
             relative = PurePosixPath(names.module, *parts[1:])
         rendered[relative] = string.Template(text).substitute(values)
     return rendered
+
+
+def core_source() -> str | None:
+    """Where this envhub-core was installed from, as pip takes it back: `-e DIR` for an editable
+    checkout, the path of a local wheel or folder; None when it came from an index (or is not known).
+
+    Read from the install's `direct_url.json` (PEP 610). A fresh venv needs it: the package index has
+    no envhub-core, so the plugin's `envhub-core>=...` requirement is met only from here.
+    """
+    try:
+        text = metadata.distribution("envhub-core").read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return None
+    if not text:
+        return None
+    found = json.loads(text)
+    url = str(found.get("url", ""))
+    if not url.startswith("file://"):
+        return None
+    path = url2pathname(urlsplit(url).path)
+    return f"-e {path}" if found.get("dir_info", {}).get("editable") else path
+
+
+def install_line(plugin_root: Path) -> str:
+    """The pip line that installs a new plugin with its test extra in a fresh venv: the core from where
+    this one came (`core_source`), then the plugin, editable."""
+    core = core_source()
+    target = shlex.quote(f"{plugin_root}[test]")
+    return f"pip install {core} -e {target}" if core else f"pip install -e {target}"
 
 
 def create_plugin(name: str, dest: Path, *, force: bool = False) -> Plugin:
