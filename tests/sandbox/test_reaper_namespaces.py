@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -71,9 +72,12 @@ sys.exit(subprocess.call([sys.executable, *sys.argv[2:]]))
 
 
 def free_pid() -> int:
-    """A pid no process of this namespace has now: what a pid from another namespace looks like here."""
+    """A pid no process of this namespace has now: what a pid from another namespace looks like here.
+    Drawn at random, so that two suites at once (make test-shared-host) rarely give theirs the same."""
     top = int(Path("/proc/sys/kernel/pid_max").read_text())
-    for pid in range(top - 2, top // 2, -1):
+    rng = random.Random()
+    for _ in range(10_000):
+        pid = rng.randrange(top // 2, top - 1)
         if not Path(f"/proc/{pid}").exists():
             return pid
     raise AssertionError("no free pid in this namespace")
@@ -211,18 +215,26 @@ def test_a_killed_owner_in_another_pid_namespace_is_reaped_once_its_lease_expire
     with victim(tmp_path, backend, short) as v:
         v.kill()
         deadline = time.monotonic() + 120
-        while not [o for o in find_orphans(None, providers=(backend,), owners={v.pid}) if o.ref == v.ref]:
+        while _exists(backend, v.ref) and not [
+            o for o in find_orphans(None, providers=(backend,), owners={v.pid}) if o.ref == v.ref
+        ]:  # (another suite's sweep at once may take it first: reaped all the same)
             assert time.monotonic() < deadline, "the killed owner's sandbox was never taken for an orphan"
             time.sleep(0.5)
-        out = reap(v.pid, tmp_path)
-        assert f"removed {backend}" in out and v.ref in out, out
-        if backend == "local":
-            assert not Path(v.ref).exists()
-        else:
-            import docker
+        reap(v.pid, tmp_path)
+        assert not _exists(backend, v.ref)
 
-            with contextlib.closing(docker.from_env()) as client, pytest.raises(docker.errors.NotFound):
-                client.containers.get(v.ref)
+
+def _exists(backend: str, ref: str) -> bool:
+    if backend == "local":
+        return Path(ref).exists()
+    import docker
+
+    with contextlib.closing(docker.from_env()) as client:
+        try:
+            client.containers.get(ref)
+        except docker.errors.NotFound:
+            return False
+    return True
 
 
 def test_a_scratch_area_with_no_owner_lease_goes_only_once_a_day_old() -> None:
