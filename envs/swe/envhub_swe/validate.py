@@ -317,7 +317,8 @@ async def validate(
                         report = await grade(instance, patch, *setup, on_log=keep(which))
                     except RETRIED as exc:
                         if attempts > retries:
-                            error = f"{_failure(exc)} (infrastructure; {attempts} attempts)"
+                            tried = f"{attempts} attempt" + ("s" if attempts > 1 else "")
+                            error = f"{_failure(exc)} (infrastructure; {tried})"
                             break
                         retried_after = _failure(exc)
                     except Exception as exc:  # not the machinery's: reported at once, never retried

@@ -202,7 +202,7 @@ def test_a_sandbox_lost_mid_validate_is_reported_for_its_instance_alone() -> Non
             )  # fmt: skip
         assert loss.lost is not None
         assert code == 1 and "1/2 valid" in out and "1 instance(s) not graded" in out, out
-        assert "mini__kvstore-1: gold not graded:" in out and "(infrastructure; 1 attempts)" in out
+        assert "mini__kvstore-1: gold not graded:" in out and "(infrastructure; 1 attempt)" in out
         verdicts = {(v.instance_id, v.which): v for v in _verdicts(stored)}
         assert verdicts["mini__kvstore-1", "gold"].error  # the lost grade, reported
         kept = verdicts["mini__kvstore-1", "empty"]  # the same instance's other grade, kept
