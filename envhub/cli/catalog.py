@@ -298,7 +298,12 @@ def info(env_id: str) -> None:
     table.add_column("value")
     if env is not None:
         table.add_row("class", f"{type(env).__module__}.{type(env).__qualname__}")
-    description = (entry.description if entry else None) or (inspect.getdoc(type(env)) if env else "") or ""
+    if entry is not None:
+        description = entry.description
+    elif env is not None:
+        description = inspect.getdoc(type(env)) or ""
+    else:  # not made: its class's own words, read as `envhub list` reads them
+        description = _described_by_plugin(registry.resolve(spec.id))["description"]
     table.add_row("description", description)
     table.add_row("available", "yes" if reason is None else Text(f"no: {reason}", style="yellow"))
     if env is not None:

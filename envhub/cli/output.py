@@ -14,7 +14,8 @@ from rich.text import Text
 _UNBOUNDED = 100_000
 """The width a console without a terminal lays things out in before each is cut to its natural width."""
 _FALLBACK = 80
-"""The narrowest a console without a terminal prints (a rule, a bar): rich's own default there."""
+"""The narrowest a console without a terminal prints (a rule, a panel of a short message): rich's own
+default there, so only what is wider than 80 columns changes."""
 _WIDEST = 1_000
 """The widest it prints what rich cannot measure; longer lines wrap."""
 
@@ -51,7 +52,7 @@ class WholeLinesConsole(Console):
         if not isinstance(renderable, ConsoleRenderable | RichCast):
             return _FALLBACK
         widest = Measurement.get(self, self.options, renderable).maximum
-        return max(widest, 1) if widest < _UNBOUNDED else self._narrowest_unwrapped(renderable)
+        return max(widest, _FALLBACK) if widest < _UNBOUNDED else self._narrowest_unwrapped(renderable)
 
     def _narrowest_unwrapped(self, renderable: ConsoleRenderable | RichCast) -> int:
         """For what rich cannot measure (a rule, typer's help rows, which are Columns): the narrowest
