@@ -229,10 +229,12 @@ class _Heartbeat:
         with self._lock:
             for directory, fd in list(self._dirs.items()):
                 try:
-                    if fd is None or os.fstat(fd).st_nlink == 0:
-                        self._dirs[directory] = self._write(directory, fd)
-                    else:
+                    if fd is not None and os.fstat(fd).st_nlink:
                         os.utime(fd)
+                    elif directory.is_dir():
+                        self._dirs[directory] = self._write(directory, fd, make_dir=False)
+                    elif directory != _tmp():  # a lease directory someone removed: not made again
+                        self._close(self._dirs.pop(directory), directory)
                 except OSError as exc:  # a full or vanished disk: the next beat tries again
                     log.warning("could not renew the owner lease in %s: %s", directory, exc)
 
@@ -251,7 +253,7 @@ class _Heartbeat:
             self._wake.clear()
             self.beat()
 
-    def _write(self, directory: Path, old: int | None) -> int | None:
+    def _write(self, directory: Path, old: int | None, *, make_dir: bool = True) -> int | None:
         """Write the lease file afresh (O_EXCL, never through a link: /tmp is shared with others)."""
         if old is not None:
             with contextlib.suppress(OSError):
@@ -259,7 +261,8 @@ class _Heartbeat:
         path = directory / lease_name(self.owner.key)
         data = OwnerLease(owner=self.owner, ttl_s=self.ttl_s).model_dump_json().encode()
         try:
-            directory.mkdir(parents=True, exist_ok=True)
+            if make_dir:
+                directory.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISREG(os.lstat(path).st_mode) and os.lstat(path).st_uid == os.geteuid():
                     os.unlink(path)  # our own earlier copy (a ttl raised): replaced whole

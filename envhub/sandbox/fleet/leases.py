@@ -16,8 +16,10 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -180,13 +182,22 @@ class Heartbeat:
     process, however many leases it holds) in the book's directory while the fleet holds leases there,
     and tracks which leases it holds."""
 
+    _users: ClassVar[Counter[Path]] = Counter()
+    """Heartbeats of this process keeping the owner lease in each directory (two fleets may share one)."""
+    _users_lock: ClassVar[threading.Lock] = threading.Lock()
+
     def __init__(self, book: LeaseBook, interval_s: float) -> None:
         self.book, self.interval_s = book, interval_s
         self._held: dict[str, Lease] = {}
         self._lock = threading.Lock()
+        self._using = False
 
     def hold(self, lease: Lease) -> None:
         owners.me(directory=self.book.directory, ttl_s=self.book.ttl_s, interval_s=self.interval_s)
+        with Heartbeat._users_lock:
+            if not self._using:
+                self._using = True
+                Heartbeat._users[self.book.directory] += 1
         with self._lock:
             self._held[lease.lease_id] = lease
 
@@ -207,4 +218,11 @@ class Heartbeat:
     def stop(self) -> None:
         """The fleet closed: its directory no longer needs this process's owner lease (its sandboxes'
         own closes release their leases; any left are judged by the owner lease in the temp dir)."""
-        owners.forget(self.book.directory)
+        with Heartbeat._users_lock:
+            if not self._using:
+                return
+            self._using = False
+            Heartbeat._users[self.book.directory] -= 1
+            if Heartbeat._users[self.book.directory] <= 0:
+                del Heartbeat._users[self.book.directory]
+                owners.forget(self.book.directory)
