@@ -15,6 +15,7 @@ from envhub.core import (
     Observation,
     Provenance,
     StepResult,
+    UnknownOptionError,
 )
 from envhub.ids import InvalidEnvId, parse_env_id
 from envhub.index import RegistryIndexError
@@ -71,6 +72,7 @@ __all__ = [
     "ToolEnv",
     "ToolSpec",
     "UnknownEnvError",
+    "UnknownOptionError",
     "__version__",
     "make",
     "parse_env_id",

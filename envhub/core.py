@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from envhub.env_spec import EnvSpec as EnvSpec  # part of the contract, defined apart (see env_spec)
 from envhub.env_spec import Provenance as Provenance
+from envhub.env_spec import UnknownOptionError as UnknownOptionError
+from envhub.env_spec import refuse_unknown_options
 from envhub.messages import Message
 from envhub.text_format import parse_assistant_text
 from envhub.tools import ToolSpec
@@ -201,6 +203,10 @@ class Env(ABC):
     reference_reward: ClassVar[float | None] = 1.0
     """What the env's reference solution (`reference_action`) earns; `envhub check` holds the oracle to
     it. None where no fixed figure exists (returns of stochastic games, scores outside 0..1)."""
+    reset_options: ClassVar[dict[str, str] | None] = {}
+    """The keys `reset(options=...)` accepts, each with what it does, e.g. `{"task": "the task id to
+    play, instead of one drawn by the seed"}`; `reset` refuses any other (`check_reset_options`),
+    naming these. None: options are passed on to what checks them itself (another server)."""
     forkable: ClassVar[bool | str] = True
     """Whether `fork` can copy an episode of this env: True, or a sentence saying why not and what to do
     instead (an env holding a live browser page, a remote connection)."""
@@ -216,6 +222,13 @@ class Env(ABC):
     def tools(self) -> list[ToolSpec]:
         """The tools the agent may call in this environment; none by default."""
         return []
+
+    def check_reset_options(self, options: dict[str, Any] | None) -> None:
+        """Refuse `reset` options the env does not declare (`reset_options`), naming those it does:
+        an option no code reads would otherwise be ignored, and the episode not be the one asked for.
+        Every `reset` calls it first (the authoring bases' does)."""
+        name = self.spec.id if self.spec else type(self).__name__
+        refuse_unknown_options(name, options or {}, self.reset_options, at="reset")
 
     @abstractmethod
     async def reset(

@@ -6,9 +6,39 @@ which `Env.to_gymnasium` builds, can name an env's spec without importing the co
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+class UnknownOptionError(TypeError):
+    """An option the env does not declare: a keyword `make` was given, or a key of `reset`'s `options`.
+
+    A TypeError, as Python's own for an unexpected keyword argument; the message names the valid ones.
+    """
+
+
+def refuse_unknown_options(
+    env_id: str, given: Iterable[str], declared: Iterable[str] | None, *, at: str
+) -> None:
+    """Raise `UnknownOptionError` naming the declared options when `given` holds any other; nothing is
+    checked where `declared` is None (the options are passed on to what checks them itself).
+
+    `at` says where they were given: `make` (keyword options) or `reset` (its `options`)."""
+    if declared is None:
+        return
+    valid = list(declared)
+    unknown = [key for key in given if key not in valid]
+    if not unknown:
+        return
+    names = ", ".join(repr(key) for key in unknown)
+    listed = ", ".join(valid) if valid else "none"
+    if at == "make":
+        raise UnknownOptionError(
+            f"{env_id} has no option {names}; its options: {listed} (see `envhub info {env_id}`)"
+        )
+    raise UnknownOptionError(f"{env_id} takes no reset option {names}; its reset options: {listed}")
 
 
 class Provenance(BaseModel):
@@ -41,3 +71,14 @@ class EnvSpec(BaseModel):
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
     """The keyword arguments the environment was built with."""
     provenance: Provenance = Field(default_factory=Provenance)
+    options: list[str] | None = None
+    """The keyword options `make` takes for this env (its constructor's, `max_turns` aside, which
+    `make` takes for every env); None where they are not known here (a constructor that takes any
+    keyword and checks them itself). `make` refuses any other, naming these, for a URL id too."""
+    reset_options: dict[str, str] | None = None
+    """The keys `reset(options=...)` accepts, each with what it does (`Env.reset_options`); None where
+    they are passed on to what checks them (an OpenEnv server), or where the class is not known."""
+
+    def check_options(self, kwargs: Mapping[str, Any]) -> None:
+        """Refuse keyword options this env does not take (`UnknownOptionError`, naming those it does)."""
+        refuse_unknown_options(self.id, kwargs, self.options, at="make")

@@ -14,12 +14,17 @@ Envs written in another project's format (an OpenEnv server, a verifiers package
 are made by a format plugin, in the group `envhub.formats` (`"harbor" = "module:make_env"`): the id
 `harbor:PATH` is built by `make_env("PATH", max_turns=..., **kwargs)`. Such an id names no
 registration: it is its own spec, and every backend passes it on unchanged.
+
+Options are checked when `make` is called, the same way for every kind of id: keywords the factory's
+signature does not take are refused, naming those it does (`EnvSpec.options`; a URL id's client reads
+them from the server's spec). A factory that takes any keyword checks its own.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import re
 import traceback
 from collections.abc import Callable
@@ -28,6 +33,7 @@ from importlib import metadata
 from typing import Any
 
 from envhub.core import Env, EnvSpec, Provenance
+from envhub.env_spec import refuse_unknown_options
 from envhub.ids import EnvId, InvalidEnvId, parse_env_id
 from envhub.index import RegistryIndex, default_index
 from envhub.lock import lock_hash
@@ -246,9 +252,14 @@ class Registry:
             return fetch_spec(env_id)
         found = format_of(env_id)
         if found is not None:
-            return _format_spec(env_id, found[0], found[1], {}, None)
+            factory_of_format = _format_factory(found[0], strict=False)
+            return _format_spec(env_id, found[0], found[1], {}, None, factory_of_format)
         registration = self.resolve(env_id)
-        return self._spec(registration, {}, registration.max_turns)
+        try:
+            factory: EnvFactory | None = self._load(registration)
+        except PluginImportError:  # `make` says why; the spec itself needs no import
+            factory = None
+        return self._spec(registration, {}, registration.max_turns, factory)
 
     def make(self, env_id: str, *, max_turns: int | None = None, **kwargs: Any) -> Env:
         """Build a fresh environment; keyword arguments go to its constructor (or, for a URL such as
@@ -262,6 +273,7 @@ class Registry:
             return _make_format(env_id, *found, max_turns=max_turns, kwargs=kwargs)
         registration = self.resolve(env_id)
         factory = self._load(registration)
+        refuse_unknown_options(registration.id, kwargs, factory_options(factory), at="make")
         env = factory(**{**registration.kwargs, **kwargs})
         if not isinstance(env, Env):
             raise TypeError(
@@ -273,10 +285,16 @@ class Registry:
             if turns < 1:
                 raise ValueError(f"max_turns must be at least 1, got {turns}")
             env.max_turns = turns
-        env.spec = self._spec(registration, kwargs, env.max_turns)
+        env.spec = self._spec(registration, kwargs, env.max_turns, factory)
         return env
 
-    def _spec(self, registration: Registration, kwargs: dict[str, Any], max_turns: int | None) -> EnvSpec:
+    def _spec(
+        self,
+        registration: Registration,
+        kwargs: dict[str, Any],
+        max_turns: int | None,
+        factory: EnvFactory | None,
+    ) -> EnvSpec:
         entry = self.index.envs.get(registration.env_id.family) if self.index else None
         source = self.index.source_of(registration.env_id.namespace) if self.index else None
         return EnvSpec(
@@ -286,6 +304,8 @@ class Registry:
             version=registration.env_id.version,
             max_turns=max_turns,
             env_kwargs={**registration.kwargs, **kwargs},
+            options=None if factory is None else factory_options(factory),
+            reset_options=None if factory is None else factory_reset_options(factory),
             provenance=Provenance(
                 package=registration.package,
                 package_version=registration.package_version,
@@ -329,6 +349,29 @@ class Registry:
         return target  # type: ignore[no-any-return]
 
 
+def factory_options(factory: Callable[..., Any], *, target: bool = False) -> list[str] | None:
+    """The keyword options a factory takes, read from its signature (`max_turns`, which `make` takes
+    for every env, aside; with `target`, a format factory's first parameter too); None when it takes
+    any keyword, and so checks its own."""
+    try:
+        parameters = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):  # a callable without a readable signature: it checks its own
+        return None
+    if target:
+        parameters = parameters[1:]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in parameters if p.kind in named and p.name != "max_turns"]
+
+
+def factory_reset_options(factory: Callable[..., Any]) -> dict[str, str] | None:
+    """The reset options an Env class declares (`Env.reset_options`); None for a factory function."""
+    if isinstance(factory, type) and issubclass(factory, Env) and factory.reset_options is not None:
+        return dict(factory.reset_options)
+    return None
+
+
 def format_of(env_id: str) -> tuple[metadata.EntryPoint, str] | None:
     """The format plugin and target of an id such as `harbor:PATH`; None for any other id."""
     prefix, colon, target = env_id.partition(":")
@@ -351,33 +394,50 @@ _FORMAT_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 def _make_format(
     env_id: str, ep: metadata.EntryPoint, target: str, *, max_turns: int | None, kwargs: dict[str, Any]
 ) -> Env:
-    origin = f"plugin {ep.dist.name if ep.dist else 'unknown distribution'}"
-    try:
-        factory = ep.load()
-    except Exception as exc:
-        raise PluginImportError(
-            f"the format {ep.name!r} from {origin} could not be loaded from {ep.value!r}: "
-            f"{type(exc).__name__}: {exc}\nFix or reinstall that plugin; other environments are unaffected."
-        ) from exc
+    factory = _format_factory(ep, strict=True)
+    assert factory is not None  # strict: raises instead
+    refuse_unknown_options(env_id, kwargs, factory_options(factory, target=True), at="make")
     env = factory(target, max_turns=max_turns, **kwargs)
     if not isinstance(env, Env):
+        origin = f"plugin {ep.dist.name if ep.dist else 'unknown distribution'}"
         raise TypeError(f"{ep.value} (from {origin}) built a {type(env).__name__}, not an envhub.Env")
     if max_turns is not None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
         env.max_turns = max_turns
-    env.spec = _format_spec(env_id, ep, target, kwargs, env.max_turns)
+    env.spec = _format_spec(env_id, ep, target, kwargs, env.max_turns, factory)
     return env
 
 
+def _format_factory(ep: metadata.EntryPoint, *, strict: bool) -> Callable[..., Any] | None:
+    """A format plugin's factory; a plugin that fails to import raises when `strict`, else gives None."""
+    try:
+        factory: Callable[..., Any] = ep.load()
+    except Exception as exc:
+        if not strict:
+            return None
+        origin = f"plugin {ep.dist.name if ep.dist else 'unknown distribution'}"
+        raise PluginImportError(
+            f"the format {ep.name!r} from {origin} could not be loaded from {ep.value!r}: "
+            f"{type(exc).__name__}: {exc}\nFix or reinstall that plugin; other environments are unaffected."
+        ) from exc
+    return factory
+
+
 def _format_spec(
-    env_id: str, ep: metadata.EntryPoint, target: str, kwargs: dict[str, Any], max_turns: int | None
+    env_id: str,
+    ep: metadata.EntryPoint,
+    target: str,
+    kwargs: dict[str, Any],
+    max_turns: int | None,
+    factory: Callable[..., Any] | None,
 ) -> EnvSpec:
     return EnvSpec(
         id=env_id,
         name=target,
         max_turns=max_turns,
         env_kwargs=dict(kwargs),
+        options=None if factory is None else factory_options(factory, target=True),
         provenance=Provenance(
             package=ep.dist.name if ep.dist else None,
             package_version=ep.dist.version if ep.dist else None,

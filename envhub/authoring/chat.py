@@ -97,6 +97,7 @@ class ChatEnv(BaseEnv):
     async def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
+        self.check_reset_options(options)
         if seed is not None:
             self._seed_stream.seed(seed)
             self.seed = seed

@@ -25,6 +25,7 @@ except ImportError as exc:  # the registry imports this module for any URL id
     raise ImportError(f"remote envs need the serve extra: pip install 'envhub-core[serve]' ({exc})") from exc
 
 from envhub.core import Action, Env, EnvSpec, EpisodeStateError, InfrastructureError, Observation, StepResult
+from envhub.env_spec import refuse_unknown_options
 from envhub.inference.client import bearer
 from envhub.messages import Message
 from envhub.serve import protocol as p
@@ -133,14 +134,23 @@ class RemoteEnv(Env):
             update={"max_turns": max_turns, "env_kwargs": self.kwargs}
         )
         self.url = self.spec.id
+        # Options are refused here, at make, as for a local env: the server's spec names the ones its
+        # env takes (None from a server that does not say: it refuses them when the session opens).
+        self.spec.check_options(self.kwargs)
 
     @property
     def tools(self) -> list[ToolSpec]:
         return list(self._tools)
 
+    def check_reset_options(self, options: dict[str, Any] | None) -> None:
+        """The served env's reset options, from its spec; a server that names none checks them itself."""
+        assert self.spec is not None  # set in __init__
+        refuse_unknown_options(self.url, options or {}, self.spec.reset_options, at="reset")
+
     async def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
+        self.check_reset_options(options)  # before a session is opened for them
         await self.close()  # the previous episode's session, if any
         await self._open()
         done = await self._ask(p.Reset(seed=seed, options=options), p.ResetDone)

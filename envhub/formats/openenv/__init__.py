@@ -3,15 +3,16 @@ serve` speaks OpenEnv's protocol (`envhub.serve.openenv_routes`); `wire` is that
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from envhub.formats.openenv.env import OpenEnvEnv
 
 
-def make_env(target: str, *, max_turns: int | None = None, **kwargs: Any) -> OpenEnvEnv:
+def make_env(target: str, *, max_turns: int | None = None, timeout: float = 300.0) -> OpenEnvEnv:
     """The `openenv:URL` factory of the format hook: `URL` is the server's base (what an OpenEnv client
-    is given); `timeout` (seconds to wait for each reply) is its one option."""
+    is given); `timeout` (seconds to wait for each reply) is its one option, named here so that `make`
+    refuses any other by name."""
     from envhub.formats.openenv.env import OpenEnvEnv  # websockets and httpx: only for openenv: ids
 
-    return OpenEnvEnv(target, max_turns=max_turns, **kwargs)
+    return OpenEnvEnv(target, max_turns=max_turns, timeout=timeout)

@@ -156,6 +156,7 @@ class OpenEnvEnv(ChatEnv):
     """An OpenEnv server's env; one websocket session per env, reset in place for each episode."""
 
     reference_reward = None  # OpenEnv envs publish no reference solution
+    reset_options = None  # sent as OpenEnv's reset arguments: the server checks them (`setup`)
 
     def __init__(self, url: str, *, max_turns: int | None = None, timeout: float = 300.0) -> None:
         super().__init__(max_turns=max_turns)

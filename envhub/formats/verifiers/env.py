@@ -85,6 +85,7 @@ class VerifiersEnv(BaseEnv):
     async def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
+        self.check_reset_options(options)  # verifiers' tasks are chosen by the seed alone
         await self._stop_driver()
         seed = 0 if seed is None else seed
         task = self.task(seed)

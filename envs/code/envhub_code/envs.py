@@ -17,7 +17,7 @@ import random
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import envhub
 from envhub.authoring import Reaction
@@ -72,6 +72,10 @@ PARTIAL_CREDIT = {"passed_fraction": 1.0, "all_passed": 0.0}
 class CodeTaskEnv:
     """What both code environments share: choosing the task, grading once, and the reward components."""
 
+    reset_options: ClassVar[dict[str, str] | None] = {
+        "task": "the task id to play, instead of the constructor's task= or the one the seed draws"
+    }
+    """`_draw` reads `options["task"]`; `reset` refuses any other key."""
     tasks: tuple[CodeTask, ...]
     task: CodeTask
     fixed_task: str | None
