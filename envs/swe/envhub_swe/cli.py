@@ -198,13 +198,15 @@ def validate(
     console.print(f"{good}/{len(results_)} valid in {time.monotonic() - started:.1f} s")
     failed = [r for r in results_ if r.errors]
     if failed:
-        console.print(f"[yellow]{len(failed)} instance(s) not graded[/yellow] (the others' verdicts stand):")
+        kept = " (the other instances' verdicts stand)" if len(failed) < len(results_) else ""
+        console.print(f"[yellow]{len(failed)} instance(s) not graded[/yellow]{kept}:")
         for message in dict.fromkeys(f"{r.instance_id}: {e}" for r in failed for e in r.errors):
             console.print(f"  {message}", soft_wrap=True)
         console.print(
-            "grade only those again with --results FILE --resume"
+            "to keep verdicts across runs, pass --results FILE (and --resume later to grade only the rest)"
             if store is None
-            else f"grade only those again: the same command with --resume (verdicts in {store.path})"
+            else f"to grade only those again: the same command with --resume (verdicts in {store.path})",
+            soft_wrap=True,
         )
     if keep_logs is not None:
         console.print(f"whole logs in {keep_logs.resolve()}")

@@ -153,7 +153,9 @@ class Validation(BaseModel):
 
     @property
     def errors(self) -> list[str]:
-        """Each grade that reached no verdict, and why."""
+        """Each grade that reached no verdict, and why (once, when both failed alike)."""
+        if self.gold_error and self.gold_error == self.empty_error:
+            return [f"not graded: {self.gold_error}"]
         return [
             f"{w} not graded: {e}" for w, e in (("gold", self.gold_error), ("empty", self.empty_error)) if e
         ]
