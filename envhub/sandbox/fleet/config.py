@@ -64,8 +64,10 @@ class FleetConfig(BaseModel):
     lease_dir: Path | None = None
     """Where lease files are written (None: $XDG_STATE_HOME/envhub/leases)."""
     lease_ttl_s: float = Field(default=30.0, gt=0)
-    """How long a lease lives without a heartbeat; an expired lease's sandbox may be reclaimed."""
+    """How long this process's owner lease (envhub.sandbox.owner) lives without a heartbeat: a reaper in
+    another PID namespace, boot or host reclaims the owner's sandboxes only once it is this old."""
     heartbeat_s: float = Field(default=5.0, gt=0)
+    """How often the owner lease is renewed, from a thread of its own (one file per process)."""
     reap_on_start: bool = True
     """At its first open the fleet removes, in the background, the orphans of its providers (what
     `envhub fleet reap` removes): a crashed run's leftovers go when the next run starts."""
