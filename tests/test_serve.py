@@ -14,18 +14,19 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 import envhub
 from envhub.policies import OraclePolicy
 from envhub.serve.client import RemoteAccessDenied, RemoteEnv, UnknownRemoteEnv
-from envhub.serve.protocol import Error, Open, server_frame
+from envhub.serve.protocol import Error
 from envhub.store.reader import read_episodes
 from tests.envhub_testkit.processes import interrupt
 
@@ -83,11 +84,18 @@ LAUNCHER = textwrap.dedent(
 class Server:
     """`envhub serve` in a child process, on a free loopback port (or the `--port` in `args`)."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, preexec: Callable[[], None] | None = None
+    ) -> None:
         self.errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (closed by stop())
         command = [sys.executable, "-c", LAUNCHER, "--port", "0", *args]
         self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=self.errors, text=True, env={**os.environ, **(env or {})}
+            command,
+            stdout=subprocess.PIPE,
+            stderr=self.errors,
+            text=True,
+            env={**os.environ, **(env or {})},
+            preexec_fn=preexec,
         )
         assert self.process.stdout is not None
         ready, _, _ = select.select([self.process.stdout], [], [], 60)
@@ -188,10 +196,11 @@ async def test_a_wrong_or_missing_token_is_refused(server: Server) -> None:
             RemoteEnv(f"{server.base}/guess-number", token=token)
     assert httpx.get(f"{server.http}/guess-number").status_code == 401  # noqa: ASYNC210
     headers = {"Authorization": "Bearer wrong"}
-    async with connect(f"{server.base}/guess-number-v0", additional_headers=headers) as socket:
-        await socket.send(Open().model_dump_json())
-        refusal = server_frame.validate_json(await socket.recv())
-    assert isinstance(refusal, Error) and refusal.kind == "auth"
+    with pytest.raises(InvalidStatus) as refused:  # on the upgrade: no frame is ever read
+        await connect(f"{server.base}/guess-number-v0", additional_headers=headers)
+    assert refused.value.response.status_code == 401
+    refusal = Error.model_validate_json(refused.value.response.body or b"")
+    assert refusal.kind == "auth" and "?token=TOKEN" in refusal.message
     assert metrics(server)["refused_auth"] >= 1
 
 

@@ -98,7 +98,12 @@ def rollout(
     rollouts: Annotated[
         int, typer.Option("--rollouts", "-r", min=1, help="Rollouts per task; the summary shows pass@k.")
     ] = 1,
-    concurrency: Annotated[int, typer.Option(min=1, help="Episodes in flight at once.")] = 8,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Episodes in flight at once (default 8; openenv:URL: at most the server's sessions)."
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Task i uses seed SEED + i.")] = 0,
     kwarg: Annotated[list[str] | None, typer.Option(help="Env option KEY=VALUE (repeatable).")] = None,
     model: Annotated[
@@ -197,8 +202,14 @@ def rollout(
         factory = functools.partial(load_policy, policy, model=model, sampling=sampling)
         player = factory()  # a bad spec or setting fails here, before anything runs
         label = _label(policy, model, sampling, rollouts, fork_at, group)
+        if concurrency is None and env_id.startswith("openenv:"):
+            from envhub.formats.openenv.env import rollout_concurrency  # only for openenv: ids
+
+            concurrency, note = rollout_concurrency(env_id, 8)
+            if note:
+                console.print(note, highlight=False, soft_wrap=True)
         limits = RolloutLimits(
-            concurrency=concurrency,
+            concurrency=concurrency or 8,
             step_timeout=step_timeout,
             episode_timeout=episode_timeout,
             time_budget=time_budget,

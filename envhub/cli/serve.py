@@ -23,21 +23,59 @@ def serve(
     ] = 256,
     token: Annotated[
         str | None,
-        typer.Option(envvar="ENVHUB_SERVE_TOKEN", help="Clients must send 'Authorization: Bearer TOKEN'."),
+        typer.Option(
+            envvar="ENVHUB_SERVE_TOKEN",
+            help="Clients must send it: 'Authorization: Bearer TOKEN', ?token=TOKEN, or a URL's user info.",
+        ),
     ] = None,
     lease: Annotated[
         float, typer.Option(help="Seconds a session may sit idle before it is closed and its env freed.")
     ] = 300.0,
+    open_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a websocket may go unauthorised (no token set: until its first message)."),
+    ] = 10.0,
+    max_connections: Annotated[
+        int,
+        typer.Option(min=1, help="Connections at once, all kinds (at most half the descriptor limit)."),
+    ] = 1024,
+    max_pending_per_client: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Connections one address may hold before their sessions open (at most half the total).",
+        ),
+    ] = 256,
+    header_timeout: Annotated[
+        float, typer.Option(help="Seconds a client has to send a request's headers.")
+    ] = 10.0,
+    open_max_bytes: Annotated[
+        int, typer.Option(min=1, help="Largest websocket message before the session is authorised.")
+    ] = 64 * 2**10,
 ) -> None:
     """Serve environments to `envhub.make("ws://HOST:PORT/ID")` clients until interrupted."""
     try:
+        from envhub.serve.doors import Doors
         from envhub.serve.server import create_app
         from envhub.serve.server import serve as run_server
     except ImportError as exc:
         hint = ImportError(f"{exc}; `envhub serve` needs the serve extra: pip install 'envhub-core[serve]'")
         raise fail(hint) from exc
     try:
-        server_app = create_app(env_ids, max_sessions=max_sessions, token=token, lease_seconds=lease)
+        doors = Doors.bounded(
+            max_connections,
+            max_pending_per_client,
+            header_timeout=header_timeout,
+            open_max_bytes=open_max_bytes,
+        )
+        server_app = create_app(
+            env_ids,
+            max_sessions=max_sessions,
+            token=token,
+            lease_seconds=lease,
+            open_seconds=open_timeout,
+            doors=doors,
+        )
     except USER_ERRORS as exc:
         raise fail(exc) from exc
 

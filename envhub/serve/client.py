@@ -20,7 +20,7 @@ import httpx
 
 try:
     from websockets.asyncio.client import ClientConnection, connect
-    from websockets.exceptions import ConnectionClosed, InvalidHandshake
+    from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidMessage, InvalidStatus
 except ImportError as exc:  # the registry imports this module for any URL id
     raise ImportError(f"remote envs need the serve extra: pip install 'envhub-core[serve]' ({exc})") from exc
 
@@ -37,6 +37,10 @@ TOKEN_ENV = "ENVHUB_SERVE_TOKEN"
 """The environment variable a client reads its token from when none is given."""
 
 _SCHEMES = {"ws": "ws", "wss": "wss", "http": "ws", "https": "wss"}
+
+_DOOR_RETRIES = 4
+"""Retries (0.1, 0.2, 0.4, 0.8 s apart) of a connection the server closed at its door (all its
+connections, or all this address's pending ones, in use: envhub.serve.doors), not of a refused session."""
 
 
 class RemoteAccessDenied(PermissionError):
@@ -103,6 +107,18 @@ def _raise(error: p.Error, url: str) -> None:
     if error.kind == "bad_request":
         raise ValueError(f"{url}: {error.message}")
     raise InfrastructureError(f"{url}: {error.kind}: {error.message}")
+
+
+def _refusal(exc: InvalidStatus) -> p.Error:
+    """The server's reason for refusing a websocket upgrade (its body), or the status when it gave none."""
+    response = exc.response
+    try:
+        return p.Error.model_validate_json(response.body or b"")
+    except ValueError:
+        said = (response.body or b"").decode(errors="replace").strip()[:300]
+        message = f"the server refused the connection: HTTP {response.status_code} {response.reason_phrase}"
+        message += f": {said}" if said else ""
+        return p.Error(kind="infrastructure", message=message)
 
 
 class RemoteEnv(Env):
@@ -188,12 +204,24 @@ class RemoteEnv(Env):
                 await socket.close()
 
     async def _open(self) -> None:
-        try:
-            self._socket = await connect(
-                self.url, additional_headers=self._headers, max_size=64 * 2**20, open_timeout=30
-            )
-        except (OSError, InvalidHandshake, TimeoutError) as exc:
-            raise InfrastructureError(f"could not connect to the env server at {self.url}: {exc}") from exc
+        unreachable = f"could not connect to the env server at {self.url}"
+        for attempt in range(_DOOR_RETRIES + 1):
+            last = attempt == _DOOR_RETRIES
+            try:
+                self._socket = await connect(
+                    self.url, additional_headers=self._headers, max_size=64 * 2**20, open_timeout=30
+                )
+                break
+            except InvalidStatus as exc:  # the server refused the upgrade: its answer says why
+                refusal = _refusal(exc)
+                if exc.response.status_code != 503 or refusal.kind != "infrastructure" or last:
+                    _raise(refusal, self.url)
+            except (ConnectionResetError, InvalidMessage) as exc:  # closed at the door, unread 503 and all
+                if last:
+                    raise InfrastructureError(f"{unreachable}: {exc}") from exc
+            except (OSError, InvalidHandshake, TimeoutError) as exc:
+                raise InfrastructureError(f"{unreachable}: {exc}") from exc
+            await asyncio.sleep(0.1 * 2**attempt)  # the server's doors were full for a moment: retry later
         self._loop = asyncio.get_running_loop()
         hello = await self._ask(p.Open(kwargs=self.kwargs, max_turns=self._max_turns), p.Hello)
         self.spec = remote_spec(self.base, hello.spec)

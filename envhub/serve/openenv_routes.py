@@ -3,10 +3,17 @@ play any envhub env.
 
 OpenEnv's URLs name no env, so each served id gets its own base, `http://HOST:PORT/openenv/ID`, under
 which sit OpenEnv's endpoints (`/ws`, `/reset`, `/step`, `/state`, `/schema`, `/metadata`, `/health`);
-when the server serves exactly one id, they are also at the root, where OpenEnv clients look by default.
+when the server serves exactly one id, they are also at the root, where OpenEnv clients look by default;
+when it serves several, the root answers an OpenEnv client with the list of ids and their base URLs.
 A websocket session is one env, made for it, as in envhub's own protocol, under the same token,
-`--max-sessions` and lease. OpenEnv has no headers to send a token in, so a token also rides in the
-URL's user info (`ws://envhub:TOKEN@HOST:PORT/...`, which a websocket client sends as Basic auth).
+`--max-sessions`, lease and doors (`envhub.serve.doors`). openenv-core's client sends no headers and
+appends `/ws` to its base URL (so a `?token=` there would be cut off), so the token rides in the URL's
+user info (`http://envhub:TOKEN@HOST:PORT/...`, which a websocket client sends as Basic auth).
+
+Every refusal (token, unknown id, full) is decided on the upgrade, before a frame is read, and reaches
+the client as openenv-core's own error frame: the socket is accepted only to say why (the reply to the
+client's first frame, which must come within `--open-timeout` and fit the pre-open frame cap), then
+closed.
 
 Actions are `EnvhubAction`: the agent's text (`message`, read as model text, so `<tool_call>` blocks are
 tool calls, as `env.step(str)` reads it in-process) and/or structured `tool_calls`. Observations are
@@ -17,8 +24,6 @@ tool calls, as `env.step(str)` reads it in-process) and/or structured `tool_call
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import json
 import time
@@ -41,16 +46,26 @@ from envhub.serve import protocol as p
 PREFIX = "/openenv"
 
 
+class Doors(Protocol):
+    def authorised(self, peer: Any) -> None: ...
+
+
 class ServeState(Protocol):
     """What these routes use of `envhub.serve.server.ServeState` (named here: that module mounts these)."""
 
     env_ids: dict[str, str]
+    max_sessions: int
+    token: str | None
     lease_seconds: float
+    open_seconds: float
+    doors: Doors
     active: int
     counts: Counter[str]
     step_seconds: float
 
-    def refusal(self, authorization: str | None, env_id: str) -> p.Error | None: ...
+    def served(self) -> list[str]: ...
+
+    def refusal(self, token: str | None, env_id: str, *, advice: str = ...) -> p.Error | None: ...
 
 
 class ToolCallAction(BaseModel):
@@ -130,12 +145,16 @@ class EnvhubState(BaseModel):
     done: bool = False
 
 
+ROOT = ""
+"""The env id the root's endpoints stand for when several ids are served: none (they list the ids)."""
+
+
 def openenv_routes(served: list[str]) -> list[BaseRoute]:
-    """The OpenEnv endpoints of every served id under `/openenv/ID`, and at the root when one id is served."""
-    routes = _endpoints(PREFIX + "/{env_id:path}", None)
-    if len(served) == 1:
-        routes += _endpoints("", served[0])
-    return routes
+    """The OpenEnv endpoints of every served id under `/openenv/ID`, and at the root: the served id's
+    when there is one, a list of the ids when there are several."""
+    return _endpoints(PREFIX + "/{env_id:path}", None) + _endpoints(
+        "", served[0] if len(served) == 1 else ROOT
+    )
 
 
 def _endpoints(base: str, env_id: str | None) -> list[BaseRoute]:
@@ -143,12 +162,12 @@ def _endpoints(base: str, env_id: str | None) -> list[BaseRoute]:
 
     def bound(handler: Callable[[Request, str], Awaitable[JSONResponse]]) -> Callable[..., Any]:
         async def endpoint(request: Request) -> JSONResponse:
-            return await handler(request, env_id or request.path_params["env_id"])
+            return await handler(request, request.path_params["env_id"] if env_id is None else env_id)
 
         return endpoint
 
     async def session(ws: WebSocket) -> None:
-        await _session(ws, env_id or ws.path_params["env_id"])
+        await _session(ws, ws.path_params["env_id"] if env_id is None else env_id)
 
     routes: list[BaseRoute] = [
         WebSocketRoute(f"{base}/ws", session),
@@ -163,54 +182,68 @@ def _endpoints(base: str, env_id: str | None) -> list[BaseRoute]:
     return routes
 
 
-def _authorization(connection: HTTPConnection) -> str | None:
-    """The client's token as `Bearer TOKEN`, from a Bearer header or Basic auth's password (what a
-    websocket client sends for `ws://USER:TOKEN@HOST/...`), so envhub's own check reads both."""
-    header = connection.headers.get(p.TOKEN_HEADER)
-    if header is None or not header.startswith("Basic "):
-        return header
-    try:
-        credentials = base64.b64decode(header.removeprefix("Basic "), validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    return f"Bearer {credentials.partition(':')[2]}"
-
-
 def _refusal(connection: HTTPConnection, env_id: str) -> p.Error | None:
+    """Why `connection` may not have a session of `env_id`, in words an OpenEnv client can act on."""
     state: ServeState = connection.app.state.serve
-    return state.refusal(_authorization(connection), env_id)
+    base = _base_url(connection)
+    if env_id == ROOT:
+        served = state.served()
+        bases = ", ".join(f"{base}{PREFIX}/{served_id}" for served_id in served)
+        message = (
+            f"this server serves several envs, {served}: give the OpenEnv client one's base URL: {bases}"
+        )
+        return p.Error(kind="unknown_env", message=message)
+    netloc = base.partition("://")[2]
+    advice = (
+        "OpenEnv clients send it as the base URL's user info (Basic auth): "
+        f"base_url='http://envhub:TOKEN@{netloc}{_openenv_base(connection)}'"
+    )
+    refusal = state.refusal(
+        p.presented_token(connection.headers, connection.query_params), env_id, advice=advice
+    )
+    if refusal is not None and refusal.kind == "unknown_env":
+        bases = ", ".join(f"{base}{PREFIX}/{served_id}" for served_id in state.served())
+        return p.Error(kind="unknown_env", message=f"{refusal.message}: OpenEnv base URLs {bases}")
+    return refusal
+
+
+def _base_url(connection: HTTPConnection) -> str:
+    """`http://HOST:PORT` as the client addressed this server (its Host header)."""
+    scheme = "https" if connection.url.scheme in ("https", "wss") else "http"
+    return f"{scheme}://{connection.headers.get('host', connection.url.netloc)}"
+
+
+def _openenv_base(connection: HTTPConnection) -> str:
+    """The OpenEnv base path the client used: its request path less the endpoint (`/ws`, `/schema`...)."""
+    return connection.url.path.rstrip("/").rpartition("/")[0]
 
 
 _HTTP_STATUS = {"auth": 401, "unknown_env": 404, "busy": 503}
 _CLOSE_CODE = {"auth": p.CLOSE_AUTH, "unknown_env": p.CLOSE_UNKNOWN_ENV, "busy": p.CLOSE_BUSY}
 
 
-def _refused(refusal: p.Error) -> JSONResponse:
-    return JSONResponse({"detail": refusal.message}, status_code=_HTTP_STATUS.get(refusal.kind, 400))
+def _refused(refusal: p.Error, state: ServeState) -> JSONResponse:
+    body: dict[str, Any] = {"detail": refusal.message}
+    if refusal.kind == "unknown_env":
+        body["envs"] = state.served()
+    return JSONResponse(body, status_code=_HTTP_STATUS.get(refusal.kind, 400))
 
 
 async def _session(ws: WebSocket, env_id: str) -> None:
-    """One OpenEnv session: refused (token, unknown id, full) with an error frame, as openenv-core refuses
-    a full server, or served until the client closes, leaves or idles past the lease.
-
-    The refusal answers the client's first frame rather than greeting it, so the client reads it as the
-    reply it awaits (its error says why) instead of finding the socket closed under its first send.
-    """
+    """One OpenEnv session: refused (token, unknown id, full) with openenv-core's error frame, or served
+    until the client closes, leaves or idles past the lease."""
     state: ServeState = ws.app.state.serve
-    await ws.accept()
     refusal = _refusal(ws, env_id)
     if refusal is not None:
         state.counts[f"refused_{refusal.kind}"] += 1
-        code = wire.CAPACITY_REACHED if refusal.kind == "busy" else wire.SESSION_ERROR
-        with contextlib.suppress(TimeoutError, WebSocketDisconnect):
-            await asyncio.wait_for(ws.receive_text(), state.lease_seconds)
-            await ws.send_text(wire.ErrorFrame.of(code, refusal.message).model_dump_json())
-            await ws.close(code=_CLOSE_CODE.get(refusal.kind, p.CLOSE_AUTH), reason=refusal.kind)
+        await _refuse(ws, refusal, state)
         return
     state.active += 1  # no await since the check above: the count cannot overshoot
-    state.counts["sessions_opened"] += 1
-    session = _Session(state, state.env_ids[env_id])  # resolved by the refusal check
+    session = _Session(state, state.env_ids[env_id], ws.scope.get("client"))  # resolved by the check
     try:
+        if state.token is not None:
+            session.authorise()
+        await ws.accept()
         await session.serve(ws)
     except WebSocketDisconnect:
         pass  # the client left mid-answer: its episode is over, the env is closed below
@@ -219,34 +252,75 @@ async def _session(ws: WebSocket, env_id: str) -> None:
         await session.close()
 
 
+async def _refuse(ws: WebSocket, refusal: p.Error, state: ServeState) -> None:
+    """Say why in openenv-core's error frame, as the reply to the client's first frame, then close.
+
+    The frame is sent at once, before the client's (it reads it as the answer it awaits); the server
+    then waits, within `--open-timeout`, for that first frame before closing, so that the client's send
+    does not meet a closed socket. The pre-open frame cap holds meanwhile (the socket is unauthorised).
+    """
+    extra: dict[str, Any] = {}
+    if refusal.kind == "busy":  # what openenv-core's own refusal of a full server carries
+        code, extra = (
+            wire.CAPACITY_REACHED,
+            {"active_sessions": state.active, "max_sessions": state.max_sessions},
+        )
+    else:
+        code = wire.SESSION_ERROR
+        if refusal.kind == "unknown_env":
+            extra = {"envs": state.served()}
+    await ws.accept()
+    with contextlib.suppress(TimeoutError, WebSocketDisconnect, KeyError):
+        await ws.send_text(wire.ErrorFrame.of(code, refusal.message, **extra).model_dump_json())
+        await asyncio.wait_for(ws.receive_text(), state.open_seconds)
+        await ws.close(code=_CLOSE_CODE.get(refusal.kind, p.CLOSE_AUTH), reason=refusal.kind)
+
+
 class _Session:
     """One OpenEnv client's env: made on connect, reset and stepped by its frames."""
 
-    def __init__(self, state: ServeState, env_id: str) -> None:
-        self.state, self.env_id = state, env_id
+    def __init__(self, state: ServeState, env_id: str, peer: Any) -> None:
+        self.state, self.env_id, self.peer = state, env_id, peer
         self.env: Env | None = None
         self.episode = EnvhubState(env_id=env_id)
+        self.authorised = False
+
+    def authorise(self) -> None:
+        self.authorised = True
+        self.state.counts["sessions_opened"] += 1
+        self.state.doors.authorised(self.peer)
 
     async def serve(self, ws: WebSocket) -> None:
-        try:
-            self.env = await asyncio.to_thread(registry.make, self.env_id)
-        except Exception as exc:  # any failure to make the env is the factory's
-            message = f"could not make {self.env_id}: {type(exc).__name__}: {exc}"
-            await ws.send_text(wire.ErrorFrame.of(wire.FACTORY_ERROR, message).model_dump_json())
-            return
+        """Answer frames until the client closes, leaves or idles; the env is made for the first frame
+        (so a socket that never speaks costs no env), which authorises the session when no token is set."""
         while (text := await self.receive(ws)) is not None:
+            if not self.authorised:
+                self.authorise()
+            if self.env is None:
+                try:
+                    self.env = await asyncio.to_thread(registry.make, self.env_id)
+                except Exception as exc:  # any failure to make the env is the factory's
+                    message = f"could not make {self.env_id}: {type(exc).__name__}: {exc}"
+                    await ws.send_text(wire.ErrorFrame.of(wire.FACTORY_ERROR, message).model_dump_json())
+                    return
             reply = await self.answer(text)
             if reply is None:
                 return  # the client's close; Starlette closes the socket once the handler returns
             await ws.send_text(_json(reply))
 
     async def receive(self, ws: WebSocket) -> str | None:
-        """The next frame's text; None when the client left, or idled past the lease (then reaped)."""
+        """The next frame's text; None when the client left, idled past the lease (then reaped), or,
+        unauthorised, sent nothing within `--open-timeout`."""
+        wait = self.state.lease_seconds if self.authorised else self.state.open_seconds
         try:
-            return await asyncio.wait_for(ws.receive_text(), self.state.lease_seconds)
-        except WebSocketDisconnect:
+            return await asyncio.wait_for(ws.receive_text(), wait)
+        except (WebSocketDisconnect, KeyError):  # KeyError: a binary frame, which OpenEnv clients never send
             return None
         except TimeoutError:
+            if not self.authorised:
+                self.state.counts["open_timeouts"] += 1
+                await ws.close(code=p.CLOSE_LEASE, reason="no message in time")
+                return None
             self.state.counts["sessions_reaped"] += 1
             message = f"the session was idle past its lease ({self.state.lease_seconds:g} s) and closed"
             await ws.send_text(wire.ErrorFrame.of(wire.SESSION_ERROR, message).model_dump_json())
@@ -334,14 +408,14 @@ def _json(reply: BaseModel) -> str:
 
 
 async def _reset(request: Request, env_id: str) -> JSONResponse:
+    state: ServeState = request.app.state.serve
     refusal = _refusal(request, env_id)
     if refusal is not None:
-        return _refused(refusal)
+        return _refused(refusal, state)
     try:
         body = wire.ResetRequest.model_validate(await _body(request, {}))
     except (ValidationError, ValueError) as exc:
         return _unprocessable(exc)
-    state: ServeState = request.app.state.serve
     state.active += 1
     env: Env | None = None
     try:
@@ -362,7 +436,7 @@ async def _reset(request: Request, env_id: str) -> JSONResponse:
 async def _step(request: Request, env_id: str) -> JSONResponse:
     refusal = _refusal(request, env_id)
     if refusal is not None and refusal.kind != "busy":
-        return _refused(refusal)
+        return _refused(refusal, request.app.state.serve)
     try:
         EnvhubAction.model_validate(wire.StepRequest.model_validate(await _body(request, None)).action)
     except (ValidationError, ValueError) as exc:
@@ -377,7 +451,7 @@ async def _step(request: Request, env_id: str) -> JSONResponse:
 async def _state(request: Request, env_id: str) -> JSONResponse:
     refusal = _refusal(request, env_id)
     if refusal is not None and refusal.kind != "busy":
-        return _refused(refusal)
+        return _refused(refusal, request.app.state.serve)
     state: ServeState = request.app.state.serve
     return JSONResponse(EnvhubState(env_id=state.env_ids[env_id]).model_dump())
 
@@ -385,7 +459,7 @@ async def _state(request: Request, env_id: str) -> JSONResponse:
 async def _schema(request: Request, env_id: str) -> JSONResponse:
     refusal = _refusal(request, env_id)
     if refusal is not None and refusal.kind != "busy":
-        return _refused(refusal)
+        return _refused(refusal, request.app.state.serve)
     schemas = wire.Schemas(
         action=EnvhubAction.model_json_schema(),
         observation=EnvhubObservation.model_json_schema(),
@@ -398,7 +472,7 @@ async def _metadata(request: Request, env_id: str) -> JSONResponse:
     """openenv-core's `EnvironmentMetadata`, from the env's spec (no env is made)."""
     refusal = _refusal(request, env_id)
     if refusal is not None and refusal.kind != "busy":
-        return _refused(refusal)
+        return _refused(refusal, request.app.state.serve)
     state: ServeState = request.app.state.serve
     spec = registry.spec(state.env_ids[env_id])
     source = spec.provenance.package or spec.provenance.entry_point or "envhub"

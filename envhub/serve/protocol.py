@@ -7,6 +7,9 @@ server answers `Hello` (spec, provenance and tool schemas), then `Reset`, any nu
 
 from __future__ import annotations
 
+import base64
+import binascii
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -18,14 +21,31 @@ from envhub.tools import ToolSpec
 PROTOCOL_VERSION = 1
 
 TOKEN_HEADER = "authorization"
-"""The header a client sends its token in, as `Bearer TOKEN`."""
+"""The header a client sends its token in, as `Bearer TOKEN` (or as Basic auth's password, which is what a
+websocket client sends for a URL with user info, `ws://USER:TOKEN@HOST/...`)."""
+TOKEN_QUERY = "token"
+"""The query parameter that carries the token for clients that cannot set a header (`...?token=TOKEN`)."""
 
 CLOSE_BUSY = 4429
 """Websocket close code of a session refused because the server holds `--max-sessions` already."""
 CLOSE_AUTH = 4401
 CLOSE_UNKNOWN_ENV = 4404
 CLOSE_LEASE = 4408
-"""The session sat idle longer than the server's lease and was reaped."""
+"""The session sat idle longer than the server's lease and was reaped, or sent no `open` in time."""
+
+
+def presented_token(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+    """The token a request carries: `Authorization: Bearer TOKEN`, Basic auth's password, or `?token=`."""
+    header = headers.get(TOKEN_HEADER, "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer":
+        return value.strip()
+    if scheme.lower() == "basic":
+        try:
+            return base64.b64decode(value.strip(), validate=True).decode().partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+    return query.get(TOKEN_QUERY)
 
 
 class _Frame(BaseModel):

@@ -3,6 +3,8 @@
 Each session makes its own env, so episodes never share state; `--max-sessions` bounds how many live
 at once (one more is refused with a `busy` error the client raises as an InfrastructureError), and a
 session silent for longer than the lease is reaped so a vanished client cannot hold a slot forever.
+Every refusal is decided on the websocket upgrade, before a frame is read; the connections that have
+not earned a session yet are capped and timed by `envhub.serve.doors`.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import uvicorn
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -28,7 +31,28 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from envhub.core import Env, EpisodeStateError
 from envhub.registration import registry
 from envhub.serve import protocol as p
+from envhub.serve.doors import Doors
 from envhub.serve.openenv_routes import openenv_routes
+
+COUNTERS = (
+    "sessions_opened",
+    "sessions_reaped",
+    "episodes",
+    "steps",
+    "env_errors",
+    "refused_auth",
+    "refused_unknown_env",
+    "refused_busy",
+    "open_timeouts",
+    "refused_connections",
+    "header_timeouts",
+)
+"""Every counter `/metrics` reports, zeros included (docs/integrations.md lists them)."""
+
+TOKEN_ADVICE = (
+    f"send it as 'Authorization: Bearer TOKEN' or in the URL as ?{p.TOKEN_QUERY}=TOKEN "
+    "(envhub's client sends $ENVHUB_SERVE_TOKEN)"
+)
 
 
 @dataclass
@@ -40,6 +64,9 @@ class ServeState:
     max_sessions: int = 256
     token: str | None = None
     lease_seconds: float = 300.0
+    open_seconds: float = 10.0
+    """How long a websocket may go unauthorised: without a token, from the upgrade to its `open`."""
+    doors: Doors = field(default_factory=Doors)
     active: int = 0
     counts: Counter[str] = field(default_factory=Counter)
     step_seconds: float = 0.0
@@ -62,14 +89,12 @@ class ServeState:
     def served(self) -> list[str]:
         return sorted(set(self.env_ids.values()))
 
-    def refusal(self, authorization: str | None, env_id: str) -> p.Error | None:
-        """Why a new session may not open, or None when it may (checked in this order)."""
-        if self.token is not None and not hmac.compare_digest(
-            (authorization or "").encode(), f"Bearer {self.token}".encode()
-        ):
-            return p.Error(
-                kind="auth", message="the server needs a token: send 'Authorization: Bearer TOKEN'"
-            )
+    def refusal(self, token: str | None, env_id: str, *, advice: str = TOKEN_ADVICE) -> p.Error | None:
+        """Why a new session may not open, or None when it may (checked in this order); `advice` says
+        how this client can send a token."""
+        if self.token is not None and not hmac.compare_digest((token or "").encode(), self.token.encode()):
+            why = "none was sent" if not token else "the one sent is wrong"
+            return p.Error(kind="auth", message=f"the server needs a token ({why}): {advice}")
         if self.resolve(env_id) is None:
             return p.Error(
                 kind="unknown_env",
@@ -83,23 +108,51 @@ class ServeState:
             )
         return None
 
+    def metrics(self) -> dict[str, float | None]:
+        steps = self.counts["steps"]
+        counts = self.counts + self.doors.counts
+        return {
+            "sessions_active": self.active,
+            "max_sessions": self.max_sessions,
+            "uptime_seconds": time.monotonic() - self.started,
+            "mean_step_seconds": self.step_seconds / steps if steps else None,
+            **{name: counts[name] for name in COUNTERS},
+        }
+
 
 _CLOSE_CODE = {"auth": p.CLOSE_AUTH, "unknown_env": p.CLOSE_UNKNOWN_ENV, "busy": p.CLOSE_BUSY}
+_HTTP_STATUS = {"auth": 401, "unknown_env": 404, "busy": 503}
 
 
 def create_app(
-    env_ids: list[str], *, max_sessions: int = 256, token: str | None = None, lease_seconds: float = 300.0
+    env_ids: list[str],
+    *,
+    max_sessions: int = 256,
+    token: str | None = None,
+    lease_seconds: float = 300.0,
+    open_seconds: float = 10.0,
+    doors: Doors | None = None,
 ) -> Starlette:
-    """The ASGI app serving `env_ids`; unknown ids fail here, before anything listens."""
+    """The ASGI app serving `env_ids`; unknown ids fail here, before anything listens. `doors` holds the
+    connection limits that `serve` puts on uvicorn (defaults when None)."""
     if max_sessions < 1:
         raise ValueError(f"--max-sessions must be at least 1, got {max_sessions}")
     if lease_seconds <= 0:
         raise ValueError(f"--lease must be positive, got {lease_seconds}")
+    if open_seconds <= 0:
+        raise ValueError(f"--open-timeout must be positive, got {open_seconds}")
     accepted: dict[str, str] = {}
     for given in env_ids:
         resolved = registry.spec(given).id
         accepted[given] = accepted[resolved] = resolved
-    state = ServeState(accepted, max_sessions=max_sessions, token=token, lease_seconds=lease_seconds)
+    state = ServeState(
+        accepted,
+        max_sessions=max_sessions,
+        token=token,
+        lease_seconds=lease_seconds,
+        open_seconds=open_seconds,
+        doors=doors or Doors(),
+    )
     app = Starlette(
         routes=[
             Route("/health", _health),
@@ -127,70 +180,80 @@ async def _health(request: Request) -> JSONResponse:
 
 async def _metrics(request: Request) -> JSONResponse:
     state: ServeState = request.app.state.serve
-    steps = state.counts["steps"]
-    return JSONResponse(
-        {
-            "sessions_active": state.active,
-            "max_sessions": state.max_sessions,
-            "uptime_seconds": time.monotonic() - state.started,
-            "mean_step_seconds": state.step_seconds / steps if steps else None,
-            **dict(state.counts),
-        }
-    )
+    return JSONResponse(state.metrics())
+
+
+def _token(connection: HTTPConnection) -> str | None:
+    return p.presented_token(connection.headers, connection.query_params)
 
 
 async def _describe(request: Request) -> JSONResponse:
     """An env's spec without a session (no env is made): what `envhub.spec(URL)` and `make(URL)` read."""
     state: ServeState = request.app.state.serve
     env_id = request.path_params["env_id"]
-    refusal = state.refusal(request.headers.get(p.TOKEN_HEADER), env_id)
+    refusal = state.refusal(_token(request), env_id)
     if refusal is not None and refusal.kind != "busy":
-        status = 401 if refusal.kind == "auth" else 404
-        return JSONResponse(refusal.model_dump(mode="json"), status_code=status)
+        return JSONResponse(refusal.model_dump(mode="json"), status_code=_HTTP_STATUS[refusal.kind])
     description = p.Description(spec=registry.spec(state.env_ids[env_id]))  # resolved by refusal()
     return JSONResponse(description.model_dump(mode="json"))
 
 
 async def _session(ws: WebSocket) -> None:
-    """Accept, read the client's `open`, then refuse it (auth, unknown id, full) or serve the episode.
+    """Refuse the upgrade (token, unknown id, full) with an HTTP answer before any frame is read, or
+    take a slot and serve the episode.
 
-    The refusal answers the first frame rather than greeting the client, so the client reads it as
-    the reply it awaits instead of finding the socket closed under its first send.
+    With a token the session is authorised at the upgrade; without one, its `open` must come within
+    `--open-timeout` and fit in the small pre-open frame cap (see envhub.serve.doors).
     """
     state: ServeState = ws.app.state.serve
-    await ws.accept()
-    try:
-        first = await asyncio.wait_for(ws.receive_text(), state.lease_seconds)
-    except (TimeoutError, WebSocketDisconnect):
-        return
-    refusal = state.refusal(ws.headers.get(p.TOKEN_HEADER), ws.path_params["env_id"])
+    refusal = state.refusal(_token(ws), ws.path_params["env_id"])
     if refusal is not None:
         state.counts[f"refused_{refusal.kind}"] += 1
-        await ws.send_text(refusal.model_dump_json())
-        await ws.close(code=_CLOSE_CODE[refusal.kind], reason=refusal.kind)
+        await deny(ws, refusal, _HTTP_STATUS[refusal.kind])
         return
     state.active += 1  # no await since the check above: the count cannot overshoot
-    state.counts["sessions_opened"] += 1
-    session = _Session(state, state.env_ids[ws.path_params["env_id"]])  # resolved by refusal()
     try:
-        await session.serve(ws, first)
-    except WebSocketDisconnect:
-        pass  # the client left mid-answer: its episode is over, the env is closed below
+        session = _Session(state, state.env_ids[ws.path_params["env_id"]], ws.scope.get("client"))
+        if state.token is not None:
+            session.authorise()
+        await ws.accept()
+        try:
+            await session.serve(ws)
+        except WebSocketDisconnect:
+            pass  # the client left mid-answer: its episode is over, the env is closed below
+        finally:
+            await session.close()
     finally:
         state.active -= 1
-        await session.close()
+
+
+async def deny(ws: WebSocket, refusal: p.Error, status: int) -> None:
+    """Answer a websocket upgrade with an HTTP error carrying `refusal` (no frame is read); a server
+    without ASGI's denial-response extension answers 403 instead."""
+    try:
+        await ws.send_denial_response(JSONResponse(refusal.model_dump(mode="json"), status_code=status))
+    except RuntimeError:
+        await ws.close(code=_CLOSE_CODE.get(refusal.kind, p.CLOSE_AUTH), reason=refusal.kind)
 
 
 class _Session:
     """One episode's env and the frames that drive it."""
 
-    def __init__(self, state: ServeState, env_id: str) -> None:
-        self.state, self.env_id = state, env_id
+    def __init__(self, state: ServeState, env_id: str, peer: Any) -> None:
+        self.state, self.env_id, self.peer = state, env_id, peer
         self.env: Env | None = None
+        self.open_by = time.monotonic() + state.open_seconds
+        self.authorised = False
 
-    async def serve(self, ws: WebSocket, first: str) -> None:
-        """Answer frames, starting with `first`, until the client closes, leaves or idles past the lease."""
-        text: str | None = first
+    def authorise(self) -> None:
+        """The token was right (at the upgrade), or, with none set, the client sent `open`: from here on
+        the session has the lease and a session's frame cap (see envhub.serve.doors)."""
+        self.authorised = True
+        self.state.doors.authorised(self.peer)
+
+    async def serve(self, ws: WebSocket) -> None:
+        """Answer frames until the client closes, leaves, idles past the lease or sends no `open` in time."""
+        text = await self.receive(ws)
         while text is not None:
             try:
                 frame = p.client_frame.validate_json(text)
@@ -199,16 +262,25 @@ class _Session:
             else:
                 if isinstance(frame, p.Close):
                     return  # Starlette closes the socket once the handler returns
+                if isinstance(frame, p.Open) and not self.authorised:
+                    self.authorise()
                 await self.send(ws, await self.answer(frame))
             text = await self.receive(ws)
 
     async def receive(self, ws: WebSocket) -> str | None:
-        """The next frame's text; None when the client left, or idled past the lease (then reaped)."""
+        """The next frame's text; None when the client left, idled past the lease (then reaped), or,
+        unauthorised, sent no `open` by its deadline."""
+        opening = not self.authorised
+        wait = max(self.open_by - time.monotonic(), 0.0) if opening else self.state.lease_seconds
         try:
-            return await asyncio.wait_for(ws.receive_text(), self.state.lease_seconds)
-        except WebSocketDisconnect:
+            return await asyncio.wait_for(ws.receive_text(), wait)
+        except (WebSocketDisconnect, KeyError):  # KeyError: a binary frame, which no client of ours sends
             return None
         except TimeoutError:
+            if opening:
+                self.state.counts["open_timeouts"] += 1
+                await ws.close(code=p.CLOSE_LEASE, reason="no open in time")
+                return None
             self.state.counts["sessions_reaped"] += 1
             message = f"the session was idle past its lease ({self.state.lease_seconds:g} s) and closed"
             await ws.send_text(p.Error(kind="lease", message=message).model_dump_json())
@@ -253,6 +325,7 @@ class _Session:
             )
         except (TypeError, ValueError) as exc:  # the caller's options: not retryable, said as given
             return p.Error(kind="bad_request", message=f"{type(exc).__name__}: {exc}")
+        self.state.counts["sessions_opened"] += 1
         assert self.env.spec is not None  # registry.make sets it
         return p.Hello(spec=self.env.spec, tools=self.env.tools, lease_seconds=self.state.lease_seconds)
 
@@ -308,6 +381,23 @@ class _Server(uvicorn.Server):
 async def serve(
     app: Starlette, *, host: str, port: int, on_ready: Callable[[str, int], None] | None = None
 ) -> None:
-    """Run `app` until interrupted; `on_ready(host, port)` is told the bound port (port 0 picks one)."""
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=64 * 2**20)
+    """Run `app` until interrupted; `on_ready(host, port)` is told the bound port (port 0 picks one).
+
+    uvicorn runs with the app's doors: their protocol classes, their frame cap once a session is
+    authorised, a 16 KiB cap on a request's headers, and no proxy headers (a client's address is its
+    socket's, so the per-client limit cannot be dodged with X-Forwarded-For).
+    """
+    doors: Doors = app.state.serve.doors
+    http, ws = doors.protocols()
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        http=http,
+        ws=ws,
+        ws_max_size=doors.frame_max_bytes,
+        h11_max_incomplete_event_size=16 * 2**10,
+        proxy_headers=False,
+    )
     await _Server(config, on_ready).serve()

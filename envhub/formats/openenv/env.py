@@ -91,6 +91,43 @@ def fetch_schemas(http_base: str, headers: dict[str, str]) -> wire.Schemas:
         raise ValueError(f"{http_base} does not look like an OpenEnv server: GET /schema gave {exc}") from exc
 
 
+def session_capacity(url: str) -> int | None:
+    """How many sessions at once the server at `url` allows, when it says so: `max_sessions` in its
+    `/health`, under the env's base or at the server's root (where `envhub serve` reports it). An
+    openenv-core server says it only when it refuses one session too many (`CAPACITY_REACHED`, with
+    `max_sessions`), so for one this is None."""
+    http, _ = split_url(url)
+    parts = urlsplit(http)
+    root = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
+    headers = bearer(os.environ.get(TOKEN_ENV))
+    for health in dict.fromkeys((f"{http}/health", f"{root}/health")):
+        try:
+            response = httpx.get(health, headers=headers, timeout=10)
+            stated = response.json().get("max_sessions") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            continue
+        if isinstance(stated, int) and not isinstance(stated, bool) and stated >= 1:
+            return stated
+    return None
+
+
+def rollout_concurrency(env_id: str, usual: int) -> tuple[int, str | None]:
+    """The episodes a batch of `env_id` plays at once by default, and a note when that is not `usual`:
+    for an `openenv:URL` id, never more than the server's sessions (1 when it does not say: the
+    default of openenv-core's servers, `max_concurrent_envs=1`), so no episode is refused as busy."""
+    if not env_id.startswith("openenv:"):
+        return usual, None
+    capacity = session_capacity(env_id.removeprefix("openenv:"))
+    if capacity is None:
+        return 1, (
+            f"{env_id}: the server does not say how many sessions it allows; playing 1 episode at a time "
+            "(openenv-core's default); --concurrency N plays more"
+        )
+    if capacity < usual:
+        return capacity, f"{env_id}: the server allows {capacity} sessions; playing {capacity} at a time"
+    return usual, None
+
+
 @dataclass(frozen=True)
 class ActionShape:
     """How an agent's message becomes the server's action: a call to one tool, or text in a field."""
@@ -227,8 +264,15 @@ class OpenEnvEnv(ChatEnv):
     def _failure(self, reply: wire.Reply, asked: str) -> Exception:
         """What a reply other than the one asked for means: the server's machinery failed."""
         if isinstance(reply, wire.ErrorFrame):
+            capacity = (reply.data.model_extra or {}).get("max_sessions")
+            advice = (
+                f" (the server allows {capacity} sessions at once: play at most that many, "
+                f"e.g. `envhub rollout --concurrency {capacity}`)"
+                if reply.data.code == wire.CAPACITY_REACHED and isinstance(capacity, int)
+                else ""
+            )
             return InfrastructureError(
-                f"{self.url} failed the {asked} ({reply.data.code}): {reply.data.message}"
+                f"{self.url} failed the {asked} ({reply.data.code}): {reply.data.message}{advice}"
             )
         return InfrastructureError(f"{self.url} answered {reply.type!r} to a {asked}")
 
