@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import select
 import subprocess
 import sys
@@ -339,3 +340,19 @@ def test_a_server_killed_mid_batch_leaves_errors_that_a_resume_plays_again(tmp_p
     stored = read_episodes(out)
     assert sorted(int(e.episode_id) for e in stored) == list(range(8))  # none lost, none twice
     assert all(e.error is None and e.reward == 1.0 for e in stored)
+
+
+def test_metrics_shows_every_documented_field_zeros_included() -> None:
+    """docs/integrations.md's list of /metrics fields is what a fresh server shows, every counter at 0."""
+    docs = (Path(__file__).parents[1] / "docs" / "integrations.md").read_text()
+    section = docs.split("- `GET /metrics`")[1].split("\n## ")[0]
+    counters = re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE)
+    fields = re.findall(r"`(\w+)`", section.split("\n\n")[0])
+    assert len(counters) >= 11 and {"sessions_active", "mean_step_seconds"} <= set(fields)
+    server = Server()
+    try:
+        shown = httpx.get(f"{server.http}/metrics").json()
+    finally:
+        server.stop()
+    assert {name: shown.get(name) for name in counters} == dict.fromkeys(counters, 0)
+    assert set(shown) == set(fields) | set(counters)

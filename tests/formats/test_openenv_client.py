@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import envhub
-from envhub.formats.openenv.env import TOKEN_ENV, OpenEnvEnv
+from envhub.formats.openenv.env import TOKEN_ENV, OpenEnvEnv, session_capacity
 from envhub.messages import Message, ToolCall
 from tests.envhub_testkit.processes import interrupt
 
@@ -203,3 +203,14 @@ def test_episodes_in_event_loops_of_their_own_each_get_a_session(guess: Uvicorn)
         assert observation[0].text.startswith("Guess")
     with pytest.raises(envhub.InfrastructureError, match="another event loop"):
         asyncio.run(env.step(guess_call(50)))
+
+
+def test_a_rollout_plays_within_an_openenv_core_servers_one_session(echo: Uvicorn, tmp_path: Path) -> None:
+    """openenv-core's echo app takes one session at a time and does not say so before it refuses one:
+    the rollout's default plays one episode at a time, and says why."""
+    command = [sys.executable, "-m", "envhub", "rollout", f"openenv:{echo.url}", "--policy", "random"]
+    command += ["--episodes", "3", "--episode-timeout", "5", "--out", str(tmp_path / "run")]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr  # 1 of 3 refused would exit 1
+    assert "does not say how many sessions it allows; playing 1 episode at a time" in result.stdout
+    assert session_capacity(echo.url) is None

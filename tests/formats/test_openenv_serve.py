@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import select
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -256,3 +258,53 @@ def test_openenvs_harness_session_plays_an_envhub_env(served: Server) -> None:
         assert verdict.env_reward == mine.reward == 1.0 and verdict.done
     finally:
         session.close()
+
+
+async def test_a_wrong_token_gets_advice_that_openenvs_client_can_follow(served: Server) -> None:
+    """The refusal names the base URL to give the client, the token as its user info; given so, it plays."""
+    for token in ("wrong", None):
+        async with GenericEnvClient(base_url=openenv_url(served, "guess-number", token=token)) as client:
+            with pytest.raises(RuntimeError, match=r"the server needs a token.*SESSION_ERROR") as refused:
+                await client.reset(seed=0)
+    advised = re.search(r"base_url='([^']+)'", str(refused.value))
+    assert advised is not None, str(refused.value)
+    async with GenericEnvClient(base_url=advised[1].replace("TOKEN", TOKEN)) as client:
+        assert (await client.reset(seed=0)).observation["text"].startswith("I am thinking of an integer")
+
+
+async def test_the_root_of_a_server_of_several_ids_lists_them_to_an_openenv_client(served: Server) -> None:
+    served_ids = ["arithmetic-v0", "crashy-v0", "guess-number-v0", "stalls-v0"]
+    async with GenericEnvClient(base_url=served.http) as client:
+        with pytest.raises(RuntimeError, match=r"serves several envs.*SESSION_ERROR") as refused:
+            await client.reset(seed=0)
+    bases = [f"{served.http}/openenv/{env_id}" for env_id in served_ids]
+    assert all(base in str(refused.value) for base in bases), str(refused.value)
+    schema = httpx.get(f"{served.http}/schema")  # noqa: ASYNC210
+    assert schema.status_code == 404 and schema.json()["envs"] == served_ids
+    with_token = bases[2].replace("http://", f"http://envhub:{TOKEN}@")  # the listed base, as advised
+    async with GenericEnvClient(base_url=with_token) as client:
+        assert (await client.reset(seed=0)).observation["text"].startswith("I am thinking of an integer")
+
+
+async def test_an_id_the_server_does_not_serve_is_refused_in_openenvs_format(served: Server) -> None:
+    async with GenericEnvClient(base_url=openenv_url(served, "countdown")) as client:
+        with pytest.raises(RuntimeError, match=r"does not serve 'countdown'.*SESSION_ERROR") as refused:
+            await client.reset(seed=0)
+    assert f"{served.http}/openenv/guess-number-v0" in str(refused.value)
+
+
+def test_a_rollout_of_an_openenv_url_plays_within_the_servers_sessions(
+    single: EnvhubServe, tmp_path: Path
+) -> None:
+    """`envhub serve --max-sessions 1`: the default concurrency (8) would have 7 episodes refused as
+    CAPACITY_REACHED; the rollout reads the server's capacity from /health and plays one at a time."""
+    command = [sys.executable, "-m", "envhub", "rollout", f"openenv:{single.http}", "--policy", "random"]
+    result = subprocess.run(
+        [*command, "--episodes", "4", "--out", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "the server allows 1 sessions; playing 1 at a time" in result.stdout
+    assert "errors" not in result.stdout or "│ errors              │             0 │" in result.stdout
