@@ -36,9 +36,13 @@ def serve(
         typer.Option(help="Seconds a websocket may go unauthorised (no token set: until its first message)."),
     ] = 10.0,
     max_connections: Annotated[
-        int,
-        typer.Option(min=1, help="Connections at once, all kinds (at most half the descriptor limit)."),
-    ] = 1024,
+        int | None,
+        typer.Option(
+            min=1,
+            help="Connections at once, all kinds; default 1024, or --max-sessions + 256 when more "
+            "(at most half the descriptor limit).",
+        ),
+    ] = None,
     max_pending_per_client: Annotated[
         int,
         typer.Option(
@@ -63,7 +67,7 @@ def serve(
         raise fail(hint) from exc
     try:
         doors = Doors.bounded(
-            max_connections,
+            max_connections or max(1024, max_sessions + 256),
             max_pending_per_client,
             header_timeout=header_timeout,
             open_max_bytes=open_max_bytes,
