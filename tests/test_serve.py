@@ -27,7 +27,7 @@ from websockets.exceptions import InvalidStatus
 import envhub
 from envhub.policies import OraclePolicy
 from envhub.serve.client import RemoteAccessDenied, RemoteEnv, UnknownRemoteEnv
-from envhub.serve.protocol import Error
+from envhub.serve.protocol import Error, Open, server_frame
 from envhub.store.reader import read_episodes
 from tests.envhub_testkit.processes import interrupt
 
@@ -356,3 +356,17 @@ def test_metrics_shows_every_documented_field_zeros_included() -> None:
         server.stop()
     assert {name: shown.get(name) for name in counters} == dict.fromkeys(counters, 0)
     assert set(shown) == set(fields) | set(counters)
+
+
+async def test_the_token_may_ride_in_the_url_for_clients_that_cannot_set_a_header(server: Server) -> None:
+    """`?token=` and a URL's user info (Basic auth) are read on the upgrade, as the header is."""
+    assert httpx.get(f"{server.http}/guess-number?token={TOKEN}").status_code == 200  # noqa: ASYNC210
+    address = server.base.removeprefix("ws://")
+    for url in (
+        f"{server.base}/guess-number-v0?token={TOKEN}",
+        f"ws://envhub:{TOKEN}@{address}/guess-number-v0",
+    ):
+        async with connect(url) as socket:
+            await socket.send(Open().model_dump_json())
+            hello = server_frame.validate_json(await socket.recv())
+            assert hello.type == "hello", hello
