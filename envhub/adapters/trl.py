@@ -4,7 +4,8 @@
     from envhub.adapters import trl as envhub_trl
 
     trainer = GRPOTrainer(
-        model="...",
+        model=MODEL,
+        processing_class=envhub_trl.tokenizer(MODEL),  # a chat template that renders tool calls
         train_dataset=envhub_trl.dataset("arithmetic-v0", seeds=range(64)),
         environment_factory=envhub_trl.environment_factory("arithmetic-v0"),
         reward_funcs=envhub_trl.envhub_reward,
@@ -25,6 +26,7 @@ that would overflow the completion budget, so its history and the completion can
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import weakref
 from collections.abc import Callable, Iterable
@@ -38,6 +40,7 @@ from envhub.tools import ToolSpec
 
 if TYPE_CHECKING:
     from datasets import Dataset
+    from transformers import PreTrainedTokenizerBase
 
 _JSON_TYPES: dict[str, Any] = {
     "string": str,
@@ -51,6 +54,8 @@ _JSON_TYPES: dict[str, Any] = {
 _KEYWORD = inspect.Parameter.KEYWORD_ONLY
 _RESERVED = {"reset", "get_reward"}
 """Method names TRL reads as the env's own, never as tools."""
+_CHATML_TOKENS = ("<|im_start|>", "<|im_end|>")
+"""The tokens TRL's Qwen2.5 template writes: a model whose vocabulary has them can be given it."""
 _ADAPTER_NAMES = {"env_id", "make_kwargs", "seed"}
 """Attributes of the adapter's class, which a tool of the same name would hide."""
 
@@ -164,6 +169,33 @@ def dataset(env_id: str, seeds: Iterable[int], **make_kwargs: Any) -> Dataset:
         for texts in systems
     ]
     return Dataset.from_dict({"prompt": prompts, "seed": seeds})
+
+
+def tokenizer(model: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
+    """The model's tokenizer for `GRPOTrainer(processing_class=...)`, its chat template able to render tools.
+
+    TRL refuses a template that cannot render a tool-calling conversation, and small chat models' own
+    templates (SmolLM2's) drop tools and tool calls. Such a model that speaks ChatML (`<|im_start|>` and
+    `<|im_end|>` are single tokens of its vocabulary) gets TRL's own Qwen2.5 template, the ChatML template
+    with Hermes-style `<tool_call>` blocks, which TRL also knows how to parse the model's replies with. A
+    template that can already render tools is kept as it is.
+    """
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling
+
+    loaded = AutoTokenizer.from_pretrained(model)
+    if supports_tool_calling(loaded):
+        return loaded
+    vocabulary = loaded.get_vocab()
+    if not all(token in vocabulary for token in _CHATML_TOKENS):
+        raise ValueError(
+            f"{model}'s chat template cannot render tool calls, which TRL's environment mode needs, and "
+            f"its vocabulary lacks ChatML's {' and '.join(_CHATML_TOKENS)}, so no tool-calling template "
+            "can be chosen for it: set `tokenizer.chat_template` to one that renders `tool_calls` and tool "
+            "messages (trl.chat_template_utils has several) and pass the tokenizer as `processing_class`"
+        )
+    loaded.chat_template = qwen2_5_chat_template
+    return loaded
 
 
 def close(environment: TRLEnvironment) -> None:
