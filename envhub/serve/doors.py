@@ -126,8 +126,7 @@ class Doors:
         if connection is None or not connection.pending:
             return
         connection.pending = False
-        if connection.host is not None:
-            self._pending[connection.host] -= 1
+        self._unpend(connection.host)
         if connection.socket is not None:
             connection.socket.conn.max_message_size = self.frame_max_bytes
 
@@ -137,10 +136,14 @@ class Doors:
             return
         if peer is not None and self._by_peer.get(peer) is connection:
             del self._by_peer[peer]
-        if connection.pending and connection.host is not None:
-            self._pending[connection.host] -= 1
-            if not self._pending[connection.host]:
-                del self._pending[connection.host]
+        if connection.pending:
+            self._unpend(connection.host)
+
+    def _unpend(self, host: str | None) -> None:
+        if host is not None:
+            self._pending[host] -= 1
+            if self._pending[host] <= 0:
+                del self._pending[host]  # an address seen once leaves no entry behind
 
     def protocols(self) -> tuple[type[H11Protocol], type[WebSocketsSansIOProtocol]]:
         """uvicorn's HTTP and websocket protocol classes, held to these doors."""

@@ -152,9 +152,8 @@ ROOT = ""
 def openenv_routes(served: list[str]) -> list[BaseRoute]:
     """The OpenEnv endpoints of every served id under `/openenv/ID`, and at the root: the served id's
     when there is one, a list of the ids when there are several."""
-    return _endpoints(PREFIX + "/{env_id:path}", None) + _endpoints(
-        "", served[0] if len(served) == 1 else ROOT
-    )
+    root = served[0] if len(served) == 1 else ROOT
+    return _endpoints(PREFIX + "/{env_id:path}", None) + _endpoints("", root)
 
 
 def _endpoints(base: str, env_id: str | None) -> list[BaseRoute]:
@@ -259,16 +258,12 @@ async def _refuse(ws: WebSocket, refusal: p.Error, state: ServeState) -> None:
     then waits, within `--open-timeout`, for that first frame before closing, so that the client's send
     does not meet a closed socket. The pre-open frame cap holds meanwhile (the socket is unauthorised).
     """
-    extra: dict[str, Any] = {}
+    code, extra = wire.SESSION_ERROR, dict[str, Any]()
     if refusal.kind == "busy":  # what openenv-core's own refusal of a full server carries
-        code, extra = (
-            wire.CAPACITY_REACHED,
-            {"active_sessions": state.active, "max_sessions": state.max_sessions},
-        )
-    else:
-        code = wire.SESSION_ERROR
-        if refusal.kind == "unknown_env":
-            extra = {"envs": state.served()}
+        code = wire.CAPACITY_REACHED
+        extra = {"active_sessions": state.active, "max_sessions": state.max_sessions}
+    elif refusal.kind == "unknown_env":
+        extra = {"envs": state.served()}
     await ws.accept()
     with contextlib.suppress(TimeoutError, WebSocketDisconnect, KeyError):
         await ws.send_text(wire.ErrorFrame.of(code, refusal.message, **extra).model_dump_json())
@@ -277,7 +272,7 @@ async def _refuse(ws: WebSocket, refusal: p.Error, state: ServeState) -> None:
 
 
 class _Session:
-    """One OpenEnv client's env: made on connect, reset and stepped by its frames."""
+    """One OpenEnv client's env: made at its first frame, reset and stepped by its frames."""
 
     def __init__(self, state: ServeState, env_id: str, peer: Any) -> None:
         self.state, self.env_id, self.peer = state, env_id, peer
@@ -286,8 +281,8 @@ class _Session:
         self.authorised = False
 
     def authorise(self) -> None:
+        """The token was right (at the upgrade), or, with none set, the client sent its first frame."""
         self.authorised = True
-        self.state.counts["sessions_opened"] += 1
         self.state.doors.authorised(self.peer)
 
     async def serve(self, ws: WebSocket) -> None:
@@ -303,6 +298,7 @@ class _Session:
                     message = f"could not make {self.env_id}: {type(exc).__name__}: {exc}"
                     await ws.send_text(wire.ErrorFrame.of(wire.FACTORY_ERROR, message).model_dump_json())
                     return
+                self.state.counts["sessions_opened"] += 1
             reply = await self.answer(text)
             if reply is None:
                 return  # the client's close; Starlette closes the socket once the handler returns
