@@ -85,3 +85,15 @@ async def test_a_served_env_refuses_undeclared_reset_options_before_opening_a_se
     async with envhub.make(f"{served}/code-single") as env:
         observation, _ = await env.reset(seed=0, options={"task": "rotate-04"})
         assert "rotate" in observation[-1].text.lower()
+
+
+def test_a_rollout_of_a_served_env_refuses_an_unknown_keyword_before_its_first_episode(
+    served: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "envhub", "rollout", f"{served}/arithmetic", "--policy", "oracle"]
+    command += ["--episodes", "2", "--kwarg", "stpes=2", "--out", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "has no option 'stpes'; its options: steps" in result.stdout + result.stderr
+    assert not list(out.glob("**/*.parquet")), "no episode may be stored for a batch refused up front"

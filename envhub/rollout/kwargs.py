@@ -25,7 +25,10 @@ def check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
 
     Values the constructor checks itself (`steps must be at least 1`) are found when the env is made.
     """
-    if not kwargs or is_external(env_id):  # a server or a format plugin checks its env's options itself
+    if not kwargs:
+        return
+    if is_external(env_id):  # a server's or a format's env: its spec declares the options, if anything does
+        _check_declared(env_id, kwargs)
         return
     registration = registry.resolve(env_id)
     factory: Callable[..., Any] = registry._load(registration)  # imports the plugin, makes nothing
@@ -46,6 +49,16 @@ def check_env_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
             )
         if key in hints:
             _check_value(registration.id, key, value, hints[key])
+
+
+def _check_declared(env_id: str, kwargs: dict[str, Any]) -> None:
+    """Refuse options a served or foreign-format env's spec does not declare, before the batch starts
+    (one spec request, no session): a batch of episodes that each fail at make is the slow way to learn it."""
+    try:
+        spec = registry.spec(env_id)
+    except Exception:  # an unreachable server: the batch's first episode says so in its own words
+        return
+    spec.check_options({key: value for key, value in kwargs.items() if key != "max_turns"})
 
 
 def _type_hints(factory: Callable[..., Any]) -> dict[str, Any]:
