@@ -43,12 +43,18 @@ class RemotePolicy(Policy):
     keeps the episode's own policy (its token state), so turns of one episode are tracked together.
     """
 
+    engine = "remote"
+
     def __init__(
         self, workers: tuple[Actor, ...], greedy: bool, name: str, *, worker: Actor = None, key: str = ""
     ) -> None:
         self.workers, self.greedy, self.name = workers, greedy, name
         self.worker, self.key = worker, key
         self._next = itertools.count(random.randrange(len(workers)))
+
+    def info(self) -> dict[str, Any]:
+        """Sampling mode and engine count; the engines' own model is the trainer's run config."""
+        return {**super().info(), "greedy": self.greedy, "engines": len(self.workers)}
 
     def for_episode(self, env: Env) -> Policy:
         worker = self.workers[next(self._next) % len(self.workers)]

@@ -46,13 +46,28 @@ class WeightSyncError(RuntimeError):
 
 
 class VLLMPolicy(Policy):
-    """An envhub policy over the engine's `LLM`: exact prompt ids in, sampled ids and logprobs out."""
+    """An envhub policy over the engine's `LLM`: exact prompt ids in, sampled ids and logprobs out.
+
+    Its engine object is `self.vllm`: `Policy.engine` is the name every policy records."""
 
     name = "vllm"
+    engine = "vllm"
 
     def __init__(self, engine: VLLMEngine, temperature: float) -> None:
-        self.engine, self.temperature = engine, temperature
+        self.vllm, self.temperature = engine, temperature
         self._tokens = EpisodeTokens()
+
+    def info(self) -> dict[str, Any]:
+        """The model and sampling settings each episode was generated with, and the weights' version."""
+        engine = self.vllm
+        return {
+            **super().info(),
+            "model": str(engine.model_dir),
+            "temperature": self.temperature,
+            "max_new_tokens": engine.max_new_tokens,
+            "seed": engine.seed,
+            "weights_version": engine.version,
+        }
 
     def for_episode(self, env: Env) -> Policy:
         episode = copy.copy(self)
@@ -60,12 +75,12 @@ class VLLMPolicy(Policy):
         return episode
 
     async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Generation:
-        prompt = await asyncio.to_thread(self.engine.prompt_ids, messages, tools)
-        completion, logprobs, stopped = await self.engine.batcher.submit(prompt, self.temperature)
-        decode = self.engine.tokenizer.decode
+        prompt = await asyncio.to_thread(self.vllm.prompt_ids, messages, tools)
+        completion, logprobs, stopped = await self.vllm.batcher.submit(prompt, self.temperature)
+        decode = self.vllm.tokenizer.decode
         trace = self._tokens.trace(prompt, completion, logprobs, stopped=stopped, decode=decode)
         text = decode(completion, skip_special_tokens=True)
-        return Generation(message=parse_assistant_text(text), tokens=trace, model=self.engine.model_dir.name)
+        return Generation(message=parse_assistant_text(text), tokens=trace, model=self.vllm.model_dir.name)
 
 
 def kv_cache_blocks(

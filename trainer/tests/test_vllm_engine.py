@@ -154,3 +154,10 @@ def test_a_sync_that_times_out_fails_loudly(model_dir: Path, monkeypatch: pytest
         sample(engine)
     # The abandoned reload finishes before the module's other engine runs (120 s: a hang, not a guess).
     assert reloaded.wait(timeout=120), "the abandoned weight reload never finished"
+
+
+def test_the_policy_records_its_model_and_sampling_with_each_episode(engine: Any, model_dir: Path) -> None:
+    info = engine.policy().info()
+    assert info["engine"] == "vllm" and info["model"] == str(model_dir)
+    assert (info["temperature"], info["max_new_tokens"], info["seed"]) == (1.0, 12, 0)
+    assert engine.policy(greedy=True).info()["temperature"] == 0.0

@@ -28,11 +28,11 @@ class RandomWebPolicy(Policy):
     def __init__(
         self, seed: int | None = None, *, stop: float = 0.1, width: int = 640, height: int = 480
     ) -> None:
-        self.rng = random.Random(seed)
+        self.rng, self.seed = random.Random(seed), seed
         self.stop, self.width, self.height = stop, width, height
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.name, "stop": self.stop}
+        return {**super().info(), "seed": self.seed, "stop": self.stop}
 
     async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Action:
         rng = self.rng

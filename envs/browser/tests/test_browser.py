@@ -319,3 +319,13 @@ def test_every_limit_is_an_option_and_must_be_positive() -> None:
         make(action_timeout=0)
     with pytest.raises(ValueError, match="navigation_retries >= 0"):
         make(navigation_retries=-1)
+
+
+def test_the_random_web_policy_records_its_seed_and_engine() -> None:
+    info = RandomWebPolicy(seed=7, stop=0.2).info()
+    assert info == {
+        "name": "random-web",
+        "engine": "envhub_browser.policy.RandomWebPolicy",
+        "seed": 7,
+        "stop": 0.2,
+    }
