@@ -23,7 +23,9 @@ from envhub.testing.tiny_model import tiny_chat_model
 from tests.test_docs import ROOT, blocks
 
 THIS = "tests/adapters/test_trl_recipe.py"
-STEP = re.compile(r"^step (?P<step>\d+): reward (?P<reward>\S+), tool calls (?P<calls>\S+), (?P<s>\d+) s$")
+STEP = re.compile(
+    r"^step (?P<step>\d+): reward (?P<reward>\S+), tool calls (?P<calls>\S+), (?P<tokens>\d+) tokens, \d+ s$"
+)
 
 
 def test_smollm2_gets_a_tool_calling_template_trl_accepts_and_parses() -> None:
@@ -84,3 +86,4 @@ def test_the_documented_recipe_trains_two_steps(tmp_path: Path) -> None:
     print("\n".join(m.group(0) for m in steps))  # the figures docs/benchmarks.md quotes (pytest -s)
     for m in steps:
         assert 0.0 <= float(m["reward"]) <= 1.0 and float(m["calls"]) >= 0.0
+        assert int(m["tokens"]) > 0
