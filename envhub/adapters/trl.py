@@ -177,8 +177,10 @@ def tokenizer(model: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
     TRL refuses a template that cannot render a tool-calling conversation, and small chat models' own
     templates (SmolLM2's) drop tools and tool calls. Such a model that speaks ChatML (`<|im_start|>` and
     `<|im_end|>` are single tokens of its vocabulary) gets TRL's own Qwen2.5 template, the ChatML template
-    with Hermes-style `<tool_call>` blocks, which TRL also knows how to parse the model's replies with. A
-    template that can already render tools is kept as it is.
+    with Hermes-style `<tool_call>` blocks, which TRL also knows how to parse the model's replies with (a
+    template of envhub's own would be one TRL cannot parse). It names the model Qwen in a conversation
+    without a system message; `dataset()`'s rows start with the env's. A template that can already render
+    tools is kept as it is.
     """
     from transformers import AutoTokenizer
     from trl.chat_template_utils import qwen2_5_chat_template, supports_tool_calling

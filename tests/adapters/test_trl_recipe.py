@@ -44,7 +44,7 @@ def test_smollm2_gets_a_tool_calling_template_trl_accepts_and_parses() -> None:
         )
     finally:
         envhub_trl.close(instance)
-    assert '"name": "add"' in rendered and "<tool_call>" in rendered
+    assert isinstance(rendered, str) and '"name": "add"' in rendered and "<tool_call>" in rendered
     reply = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>'
     parsed = add_response_schema(tokenizer).parse_response(reply, prefix=rendered)
     assert parsed["tool_calls"] == [
