@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable, Iterable
 from fractions import Fraction
 
+from envhub.grading.numbers import number_texts
+
 HEDGE_NOTE = "the reply names more than one candidate answer (a hedge, not an answer); scored 0"
 JOINS = (
     r"\s+(?:or|and/or)\s+",
@@ -37,7 +39,6 @@ lines, a list's commas), so the reply is cut at each kind alone, then at all of 
 _LEADING = re.compile(r"^(?:either|maybe|perhaps|or)\s+", re.IGNORECASE)
 MAX_PARTS = 256
 """Parts graded alone at most; a reply cut into more is graded on its first `MAX_PARTS` distinct ones."""
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 MAX_DIGITS = 60
 """Numbers longer than this are compared by their text (no answer here is near that long)."""
 
@@ -74,18 +75,9 @@ def _safe(grade: Callable[[str], float], part: str) -> float:
 
 
 def numbers(text: str) -> list[Fraction | str]:
-    """The numbers written in `text`, each as its value (`1,234` and `1234.0` are 1234)."""
-    found: list[Fraction | str] = []
-    for raw in _NUMBER.findall(text):
-        digits = raw.replace(",", "").rstrip(".")
-        if len(digits) > MAX_DIGITS:
-            found.append(digits)
-            continue
-        try:
-            found.append(Fraction(digits))
-        except (ValueError, ZeroDivisionError):
-            found.append(digits)
-    return found
+    """The numbers written in `text`, each as its value (`1,234` and `1234.0` are 1234); one longer than
+    `MAX_DIGITS` as its digits, so two different long numbers never read as one bounded value."""
+    return [digits if len(digits) > MAX_DIGITS else Fraction(digits) for digits in number_texts(text)]
 
 
 def answer_line(reply: str) -> str:

@@ -1,27 +1,12 @@
-"""Reading the number out of a free-text answer, shared by the games' reward methods."""
+"""Reading the number out of a free-text answer, shared by the games' reward methods: envhub's bounded
+reader (`envhub.grading.numbers`), with thousands commas, integers only, and CPython's own digit limit."""
 
 from __future__ import annotations
 
-import re
-import sys
-
-_INTEGER = re.compile(r"-?\d[\d,]*")
-
-
-def to_int(digits: str) -> int:
-    """`digits` as an int; a number longer than CPython converts (`int()` raises past 4300 digits, and
-    the reply decides how long it is) stands as ±10**limit, a value no task's answer is near, so it is
-    graded as wrong, and compared as huge, instead of crashing the reward."""
-    try:
-        return int(digits)
-    except ValueError:
-        huge: int = 10 ** (sys.get_int_max_str_digits() or 4300)
-        return -huge if digits.startswith("-") else huge
+from envhub.grading import numbers
 
 
 def last_integer(text: str) -> int | None:
-    """The last integer written in `text` ("The answer is 1,234." -> 1234), or None."""
-    found = _INTEGER.findall(text)
-    if not found:
-        return None
-    return to_int(found[-1].replace(",", ""))
+    """The last integer written in `text` ("The answer is 1,234." -> 1234), or None; one longer than
+    CPython converts stands as ±10**4300, graded as wrong and compared as huge."""
+    return numbers.last_integer(text)

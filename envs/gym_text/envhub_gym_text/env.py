@@ -17,6 +17,7 @@ import gymnasium
 from gymnasium import spaces
 
 import envhub
+from envhub.grading.numbers import integer
 from envhub_gym_text.oracle import reference_policy
 from envhub_gym_text.toy_text import action_names, describe_state, rules_of
 
@@ -117,8 +118,8 @@ class GymText(envhub.MultiTurnEnv):
         for token in reversed(re.findall(rf"(?<![\w-])(-?\d+|{words})(?![\w-])", text.lower())):
             if token in names:
                 return self.first_action + names[token]
-            if re.fullmatch(r"-?\d+", token) and 0 <= int(token) - self.first_action < len(self.actions):
-                return int(token)
+            if re.fullmatch(r"-?\d+", token) and 0 <= integer(token) - self.first_action < len(self.actions):
+                return int(token)  # in range, so a few digits
         return None
 
     @envhub.reward(weight=0.0)

@@ -30,3 +30,15 @@ async def test_saying_nothing_until_the_turns_run_out_pays_less_than_the_oracle(
         stalled = await stalled_return(env_id, episode.seed)
         assert stalled < episode.reward, (episode.seed, stalled, episode.reward)
         assert stalled < 0
+
+
+async def test_a_number_too_long_to_convert_is_no_action_not_a_crash() -> None:
+    """5000 digits: `int()` raises past CPython's 4300-digit limit, and the action reader ended the
+    episode in an error the runner would retry or drop; it is a reply that names no action."""
+    env = envhub.make("gym/Taxi-v4")
+    try:
+        await env.reset(seed=0)
+        result = await env.step("7" * 5000)
+        assert "No action found in your reply" in str(result.observation)
+    finally:
+        await env.close()

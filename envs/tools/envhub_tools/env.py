@@ -20,6 +20,7 @@ from typing import Any
 
 import envhub
 import envhub.sandbox
+from envhub.grading.numbers import integer, last_number
 from envhub.messages import Message
 from envhub.sandbox import ExecResult, IsolationPolicy, PythonWorker, Sandbox
 from envhub_tools.calculator import evaluate, format_number
@@ -35,7 +36,6 @@ PYTHON_TIMEOUT_S = 10.0
 MAX_READ_BYTES = 64 * 1024
 MAX_WRITE_BYTES = 1024 * 1024
 MAX_LISTED = 200
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _FILES = (Path(__file__).parent / "_files.py").read_text()
 """The file tools' in-sandbox side: each call walks its path there without following any symlink."""
 _ERRORS: dict[str, type[OSError]] = {
@@ -72,14 +72,9 @@ def _failed(result: ExecResult, path: str, timeout_s: float) -> OSError:
 
 
 def final_number(text: str) -> Fraction | None:
-    """The last number written in an answer ("The total is 1,234." -> 1234), or None."""
-    found = _NUMBER.findall(text)
-    if not found:
-        return None
-    try:
-        return Fraction(found[-1].replace(",", ""))
-    except ValueError:  # past CPython's 4300-digit int() limit: far from any task's answer, so wrong
-        return None
+    """The last number written in an answer ("The total is 1,234." -> 1234), or None; one too long
+    for any task's answer is read as huge by envhub's bounded reader, so it grades as wrong."""
+    return last_number(text)
 
 
 class ToolUse(envhub.ToolEnv):
@@ -276,7 +271,9 @@ class ToolUse(envhub.ToolEnv):
             written = (await self._read(task.output_file)).decode()
         except OSError:
             return 0.0
-        return float(re.fullmatch(r"\s*-?\d+\s*", written) is not None and int(written) == task.expected)
+        if re.fullmatch(r"\s*-?\d+\s*", written) is None:
+            return 0.0
+        return float(integer(written.strip()) == task.expected)
 
     @envhub.reward(weight=0.0)
     def tool_calls(self, messages: list[Message]) -> float:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageDraw, ImageFont
 
+from envhub.grading import numbers
+
 COLOURS: dict[str, tuple[int, int, int]] = {
     "red": (220, 40, 40),
     "green": (40, 160, 60),
@@ -42,17 +44,10 @@ class VisionTask:
 
 
 def integers(text: str) -> list[int]:
-    """Every integer written in `text`, in order. One of more than `MAX_DIGITS` digits stands as
-    ±10**MAX_DIGITS: the reply decides how long a number is, and past 4300 digits int() raised, past
-    ~308 math.dist overflowed, crashing the reward; every answer here is far smaller, so it is wrong."""
-    return [_bounded_int(n) for n in re.findall(r"-?\d+", text)]
-
-
-def _bounded_int(digits: str) -> int:
-    if len(digits.lstrip("-")) <= MAX_DIGITS:
-        return int(digits)
-    huge: int = 10**MAX_DIGITS
-    return -huge if digits.startswith("-") else huge
+    """Every integer written in `text`, in order (a comma separates two). One of more than `MAX_DIGITS`
+    digits stands as ±10**MAX_DIGITS (envhub's bounded reader): the reply decides how long a number is,
+    and past ~308 digits math.dist overflowed, crashing the reward; every answer here is far smaller."""
+    return numbers.integers(text, grouping=False, max_digits=MAX_DIGITS)
 
 
 def png(image: Image.Image) -> bytes:
