@@ -10,6 +10,11 @@ namespace that no `envhub.envs` entry names is resolved by calling `factory_for(
 returns a factory or None. `gym:FrozenLake-v1` is read as `gym/FrozenLake-v1`, the form users of other
 hubs type. Such ids are made on demand, so `envhub list` shows only the ones declared statically.
 
+An env served elsewhere is named by a URL (`ws://host:port/ID`), made by a scheme plugin, in the group
+`envhub.schemes` (`"ws" = "module:resolver"`, an object with `make` and `spec`, `SchemeResolver`):
+envhub's own `envhub serve` client registers itself there for ws, wss, http and https, so the registry
+imports nothing of it. Such an id, too, is its own spec.
+
 Envs written in another project's format (an OpenEnv server, a verifiers package, a Harbor task folder)
 are made by a format plugin, in the group `envhub.formats` (`"harbor" = "module:make_env"`): the id
 `harbor:PATH` is built by `make_env("PATH", max_turns=..., **kwargs)`. Such an id names no
@@ -30,22 +35,27 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import Any, Protocol
 
 from envhub.core import Env, EnvSpec, Provenance
 from envhub.env_spec import refuse_unknown_options
 from envhub.ids import EnvId, InvalidEnvId, parse_env_id
 from envhub.index import RegistryIndex, default_index
-from envhub.lock import lock_hash
 
 ENTRY_POINT_GROUP = "envhub.envs"
 NAMESPACE_GROUP = "envhub.namespaces"
 FORMAT_GROUP = "envhub.formats"
+SCHEME_GROUP = "envhub.schemes"
 
 EnvFactory = Callable[..., Env]
 
-REMOTE_PREFIXES = ("ws://", "wss://", "http://", "https://")
-"""Ids that name an env served by `envhub serve` (envhub.serve.client plays them)."""
+
+class SchemeResolver(Protocol):
+    """What a scheme plugin names: how an id such as `ws://host:port/ID` is made, and its spec."""
+
+    def make(self, env_id: str, *, max_turns: int | None, kwargs: dict[str, Any]) -> Env: ...
+
+    def spec(self, env_id: str) -> EnvSpec: ...
 
 
 class UnknownEnvError(KeyError):
@@ -246,10 +256,9 @@ class Registry:
 
     def spec(self, env_id: str) -> EnvSpec:
         """The spec `make(env_id)` would give, without building the environment (a URL asks its server)."""
-        if env_id.startswith(REMOTE_PREFIXES):
-            from envhub.serve.client import fetch_spec  # websockets and httpx only when a URL is made
-
-            return fetch_spec(env_id)
+        scheme = scheme_of(env_id)
+        if scheme is not None:
+            return _scheme_resolver(scheme).spec(env_id)
         found = format_of(env_id)
         if found is not None:
             factory_of_format = _format_factory(found[0], strict=False)
@@ -264,10 +273,9 @@ class Registry:
     def make(self, env_id: str, *, max_turns: int | None = None, **kwargs: Any) -> Env:
         """Build a fresh environment; keyword arguments go to its constructor (or, for a URL such as
         `ws://host:port/ID`, to the env `envhub serve` makes there)."""
-        if env_id.startswith(REMOTE_PREFIXES):
-            from envhub.serve.client import RemoteEnv
-
-            return RemoteEnv(env_id, max_turns=max_turns, kwargs=kwargs)
+        scheme = scheme_of(env_id)
+        if scheme is not None:
+            return _scheme_resolver(scheme).make(env_id, max_turns=max_turns, kwargs=kwargs)
         found = format_of(env_id)
         if found is not None:
             return _make_format(env_id, *found, max_turns=max_turns, kwargs=kwargs)
@@ -314,8 +322,7 @@ class Registry:
                 default_sandbox=entry.default_sandbox
                 if entry
                 else (source.default_sandbox if source else None),
-                lock_hash=lock_hash(registration, self.index, kwargs),  # what `envhub lock` would pin
-            ),
+            ),  # no lock_hash: it reads every file of the plugin; envhub.lock.stamp adds it when asked
         )
 
     def unavailable_reason(self, env_id: str) -> str | None:
@@ -375,20 +382,42 @@ def factory_reset_options(factory: Callable[..., Any]) -> dict[str, str] | None:
 def format_of(env_id: str) -> tuple[metadata.EntryPoint, str] | None:
     """The format plugin and target of an id such as `harbor:PATH`; None for any other id."""
     prefix, colon, target = env_id.partition(":")
-    if not colon or not target or not _FORMAT_NAME.fullmatch(prefix) or env_id.startswith(REMOTE_PREFIXES):
+    if not colon or not target or not _FORMAT_NAME.fullmatch(prefix) or scheme_of(env_id) is not None:
         return None
     found = metadata.entry_points(group=FORMAT_GROUP, name=prefix)
     ep = next(iter(found), None)
     return None if ep is None else (ep, target)
 
 
+def scheme_of(env_id: str) -> metadata.EntryPoint | None:
+    """The scheme plugin of a URL id such as `ws://host:port/ID`; None for any other id."""
+    scheme, sep, rest = env_id.partition("://")
+    if not sep or not rest or not _SCHEME_NAME.fullmatch(scheme):
+        return None
+    return next(iter(metadata.entry_points(group=SCHEME_GROUP, name=scheme)), None)
+
+
 def is_external(env_id: str) -> bool:
     """Whether an id is made without a registration (a URL or a format id): it is passed on as given,
     and only the server or the format plugin can check its options."""
-    return env_id.startswith(REMOTE_PREFIXES) or format_of(env_id) is not None
+    return scheme_of(env_id) is not None or format_of(env_id) is not None
 
 
 _FORMAT_NAME = re.compile(r"[a-z][a-z0-9_-]*")
+_SCHEME_NAME = re.compile(r"[a-z][a-z0-9+.-]*")
+
+
+def _scheme_resolver(ep: metadata.EntryPoint) -> SchemeResolver:
+    """A scheme plugin's resolver; one that fails to import says which plugin and why."""
+    try:
+        resolver: SchemeResolver = ep.load()
+    except Exception as exc:  # e.g. the serve extra missing: the plugin's own message says what to install
+        origin = f"plugin {ep.dist.name if ep.dist else 'unknown distribution'}"
+        raise PluginImportError(
+            f"the URL scheme {ep.name!r} from {origin} could not be loaded from {ep.value!r}: "
+            f"{type(exc).__name__}: {exc}\nFix or reinstall that plugin; other environments are unaffected."
+        ) from exc
+    return resolver
 
 
 def _make_format(

@@ -25,6 +25,7 @@ import envhub
 from envhub.authoring.rewards import reward_methods
 from envhub.checks import load_report
 from envhub.cli.app import USER_ERRORS, app, console, fail
+from envhub.lock.stamp import stamp
 from envhub.registration import PluginImportError, Registration, registry
 
 
@@ -287,7 +288,7 @@ def info(env_id: str) -> None:
     """Show an environment's spec, provenance, tools and constructor options, and whether it can be
     played here (and if not, why)."""
     try:
-        spec = registry.spec(env_id)
+        spec = stamp(registry.spec(env_id))  # with the lock hash `envhub lock` would pin
         reason = registry.unavailable_reason(env_id)
         env = envhub.make(env_id) if reason is None else None
     except USER_ERRORS as exc:

@@ -8,8 +8,9 @@ episode records the combined hash it ran under (`Provenance.lock_hash`), and
 `envhub rollout ID --locked envhub.lock` refuses to start when anything differs, naming what changed
 (`envhub.lock.lockfile`).
 
-This package's own import stays below the registry (the registry asks `lock_hash` for each spec it
-builds); the lockfile module, which resolves ids through the registry, is imported by name.
+The lock stands above the registry, which never asks it for anything: whoever records a spec stamps
+the hash on it (`envhub.lock.stamp`). This package's own import reads only the components; the
+lockfile and the stamp, which resolve ids through the registry, are imported by name.
 """
 
 from envhub.lock.components import COMPONENTS, Component, LockEntry, LockError, lock_entry, lock_hash

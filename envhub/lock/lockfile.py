@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from envhub.lock.components import COMPONENTS, Component, LockEntry, LockError, lock_entry
-from envhub.registration import REMOTE_PREFIXES, is_external, registry
+from envhub.registration import is_external, registry, scheme_of
 
 LOCKFILE_VERSION = 2
 """2: envhub-core and the env's whole distribution are pinned (1 pinned only the grading packages)."""
@@ -58,7 +58,7 @@ def current(env_id: str, env_kwargs: Mapping[str, Any] | None = None, *, reuse: 
 
 def _refuse_external(env_id: str) -> None:
     """A served id or a format id is made from files this machine's registry does not hold."""
-    if env_id.startswith(REMOTE_PREFIXES):
+    if scheme_of(env_id) is not None:
         raise LockError(
             f"{env_id} is served by another machine, whose files cannot be read from here: "
             "run `envhub lock ID` on the machine that serves it"

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from envhub.core import Env, NotForkable, ResetInfo, StepInfo, check_forkable, recorded_action
+from envhub.lock.stamp import stamp
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
 from envhub.records import RETRYABLE, Episode, EpisodeError, ErrorKind, Turn, episode_id
@@ -187,7 +188,7 @@ def _base(env: Env, policy: Policy, episode_id: str) -> dict[str, Any]:
         "episode_id": episode_id,
         "env_id": spec.id if spec else type(env).__name__,
         "env_version": spec.version if spec else None,
-        "provenance": spec.provenance if spec else {},
+        "provenance": stamp(spec).provenance if spec else {},  # with the lock hash it runs under
         "policy": policy.name,
         "policy_info": policy.info(),
         "started_at": datetime.now(UTC),

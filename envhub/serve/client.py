@@ -4,7 +4,8 @@ Same async contract as an in-process env. The agent's mistakes come back as the 
 observation (the server's env answers them); anything else that goes wrong keeps its kind: a crash
 on the server or a dropped connection is an `InfrastructureError` (the runner retries the episode),
 a step before reset an `EpisodeStateError`. Each `reset` opens a fresh session, so a reused env never
-carries one episode's state into the next. Imports nothing of the registry (which imports this).
+carries one episode's state into the next. Imports nothing of the registry: it finds this module's
+`resolver` by the `envhub.schemes` entry points (ws, wss, http, https) in envhub's pyproject.toml.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import httpx
 try:
     from websockets.asyncio.client import ClientConnection, connect
     from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidMessage, InvalidStatus
-except ImportError as exc:  # the registry imports this module for any URL id
+except ImportError as exc:  # the registry loads this module for any URL id
     raise ImportError(f"remote envs need the serve extra: pip install 'envhub-core[serve]' ({exc})") from exc
 
 from envhub.core import Action, Env, EnvSpec, EpisodeStateError, InfrastructureError, Observation, StepResult
@@ -250,3 +251,17 @@ class RemoteEnv(Env):
         if not isinstance(reply, expected):
             raise InfrastructureError(f"{self.url} answered {reply.type!r} to {frame.type!r}")
         return reply
+
+
+class _ServedEnvs:
+    """The scheme resolver (`envhub.registration.SchemeResolver`) for ids that `envhub serve` serves."""
+
+    def make(self, env_id: str, *, max_turns: int | None, kwargs: dict[str, Any]) -> Env:
+        return RemoteEnv(env_id, max_turns=max_turns, kwargs=kwargs)
+
+    def spec(self, env_id: str) -> EnvSpec:
+        return fetch_spec(env_id)
+
+
+resolver = _ServedEnvs()
+"""What the `envhub.schemes` entry points name: `make("ws://host:port/ID")` and `spec(URL)` come here."""

@@ -29,6 +29,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from envhub.core import Env, EpisodeStateError
+from envhub.lock.stamp import stamp
 from envhub.registration import registry
 from envhub.serve import protocol as p
 from envhub.serve.doors import Doors
@@ -194,7 +195,7 @@ async def _describe(request: Request) -> JSONResponse:
     refusal = state.refusal(_token(request), env_id)
     if refusal is not None and refusal.kind != "busy":
         return JSONResponse(refusal.model_dump(mode="json"), status_code=_HTTP_STATUS[refusal.kind])
-    description = p.Description(spec=registry.spec(state.env_ids[env_id]))  # resolved by refusal()
+    description = p.Description(spec=stamp(registry.spec(state.env_ids[env_id])))  # resolved by refusal()
     return JSONResponse(description.model_dump(mode="json"))
 
 
@@ -327,7 +328,8 @@ class _Session:
             return p.Error(kind="bad_request", message=f"{type(exc).__name__}: {exc}")
         self.state.counts["sessions_opened"] += 1
         assert self.env.spec is not None  # registry.make sets it
-        return p.Hello(spec=self.env.spec, tools=self.env.tools, lease_seconds=self.state.lease_seconds)
+        spec = stamp(self.env.spec)  # a served env's episodes carry the lock hash of what runs here
+        return p.Hello(spec=spec, tools=self.env.tools, lease_seconds=self.state.lease_seconds)
 
     async def reset(self, frame: p.Reset) -> p.ResetDone:
         assert self.env is not None
