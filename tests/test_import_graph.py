@@ -1,7 +1,8 @@
-"""The floor plan, read from the source: every import statement of every module under envhub/.
+"""The floor plan, read from the source: every import of every module of envhub/, of each plugin under
+envs/ and of the trainer, checked against the layer table in envhub/layers.py.
 
 Imports inside functions and under TYPE_CHECKING count too: a lazy import is still a dependency, and
-the one this test exists for (`envhub swe` importing envhub_swe inside its commands) was lazy.
+the one this test began with (`envhub swe` importing envhub_swe inside its commands) was lazy.
 """
 
 from __future__ import annotations
@@ -11,16 +12,43 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import envhub
+from envhub import layers
 
 PACKAGE = Path(envhub.__file__).parent
+REPO = PACKAGE.parent
+EDIT = "envhub/layers.py"
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def package_roots() -> list[Path]:
+    """envhub/, each plugin package under envs/ and the trainer's package: the code others install.
+
+    A plugin's tests, benchmarks and tools scripts are leaves no package imports, so they are not read."""
+    return [PACKAGE, *sorted(REPO.glob("envs/*/envhub_*/")), *sorted(REPO.glob("trainer/envhub_*/"))]
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+def read_modules() -> dict[str, Path]:
+    """Module name -> file, for every module of every package root (the scaffold's template is a
+    template: `envhub new` writes it out as a new package, so it is nobody's module)."""
+    found = {}
+    for root in package_roots():
+        for path in sorted(root.rglob("*.py")):
+            if "template" not in path.relative_to(root).parts:
+                found[module_name(path, root)] = path
+    return found
+
+
+MODULES = read_modules()
+OURS = ("envhub", "envhub_")
+
+
+def ours(target: str) -> bool:
+    top = target.split(".")[0]
+    return top == "envhub" or top.startswith("envhub_")
 
 
 def imports(name: str, path: Path) -> Iterator[tuple[str, int]]:
@@ -39,33 +67,33 @@ def imports(name: str, path: Path) -> Iterator[tuple[str, int]]:
                 yield (submodule if submodule in MODULES else base), node.lineno
 
 
-def floor(module: str) -> str:
-    """The part of envhub a module belongs to: `envhub.cli.app` -> `envhub.cli`, `envhub.core` itself."""
-    return ".".join(module.split(".")[:2])
-
-
 def owner(target: str) -> str:
-    """The envhub module an imported name lives in: `envhub.core.Env` -> `envhub.core`."""
+    """The module an imported name lives in: `envhub.core.Env` -> `envhub.core`."""
     while target not in MODULES and "." in target:
         target = target.rpartition(".")[0]
     return target
 
 
-def edges() -> dict[str, set[str]]:
-    """Module -> the envhub modules it imports, every import counted (lazy, TYPE_CHECKING, relative).
+def where(name: str, line: int | None = None) -> str:
+    path = MODULES[name].relative_to(REPO)
+    return f"{path}:{line}" if line else str(path)
+
+
+def edges() -> dict[str, dict[str, int]]:
+    """Module -> {our module it imports: first line}, every import counted (lazy, TYPE_CHECKING, relative).
 
     Importing `envhub.x.y` also runs the package `envhub.x`, but that is Python's doing, not an arrow
     the module drew: only the module named in the import statement counts.
     """
-    graph: dict[str, set[str]] = {}
+    graph: dict[str, dict[str, int]] = {}
     for name, path in MODULES.items():
-        for target, _ in imports(name, path):
-            if target.split(".")[0] == "envhub" and owner(target) != name:
-                graph.setdefault(name, set()).add(owner(target))
+        for target, line in imports(name, path):
+            if ours(target) and owner(target) != name:
+                graph.setdefault(name, {}).setdefault(owner(target), line)
     return graph
 
 
-def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+def cycles(graph: dict[str, set[str]] | dict[str, dict[str, int]]) -> list[frozenset[str]]:
     """The strongly connected parts with more than one member (Tarjan's algorithm)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -97,28 +125,89 @@ def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
     return found
 
 
+def upward() -> dict[tuple[str, str], int]:
+    """(module, imported module) -> line, for each import the layer table does not allow."""
+    return {
+        (name, target): line
+        for name, targets in edges().items()
+        for target, line in targets.items()
+        if not layers.may_import(name, target)
+    }
+
+
+def test_every_module_maps_to_a_row() -> None:
+    """A new part gets its row before its code: a module no row names fails here, naming its file."""
+    unmapped = sorted(where(name) for name in MODULES if layers.part_of(name) is None)
+    assert not unmapped, f"modules in no layer; add their part to a row of LAYERS in {EDIT}:\n" + "\n".join(
+        unmapped
+    )
+
+
+def test_the_table_is_well_formed() -> None:
+    """Layers may import only layers below them, each part is in one row, and each worklist entry
+    names real modules (a stale entry would otherwise excuse nothing, silently)."""
+    names = [layer.name for layer in layers.LAYERS]
+    assert len(set(names)) == len(names), names
+    for position, layer in enumerate(layers.LAYERS):
+        above = set(layer.may_import) - set(names[:position])
+        assert not above, f"{EDIT}: layer {layer.name!r} may import {sorted(above)}, not below it"
+    parts = [part for layer in layers.LAYERS for part in layer.parts]
+    assert len(set(parts)) == len(parts), sorted(p for p in parts if parts.count(p) > 1)
+    # A part may have no module yet (its row comes before its code); a renamed part's modules would
+    # map to no row, which test_every_module_maps_to_a_row reports.
+    assert all(ours(part) for part in parts), sorted(p for p in parts if not ours(p))
+    named = {m for k in layers.KNOWN_UPWARD for m in (k.module, k.imports)}
+    named |= {m for c in layers.KNOWN_CYCLES for m in c.modules}
+    assert named <= set(MODULES), f"{EDIT}'s worklist names no such module: {sorted(named - set(MODULES))}"
+
+
+def test_no_import_runs_upward() -> None:
+    """Every import of every row obeys the table; today's exceptions are listed in KNOWN_UPWARD, and a
+    listed one that is gone must leave the list (so the list only shrinks)."""
+    found = upward()
+    listed = {(known.module, known.imports) for known in layers.KNOWN_UPWARD}
+    new = sorted(
+        f"{where(name, line)}: {name} ({layers.layer_of(name).name}) imports {target} "  # type: ignore[union-attr]
+        f"({layers.layer_of(target).name})"  # type: ignore[union-attr]
+        for (name, target), line in found.items()
+        if (name, target) not in listed
+    )
+    gone = sorted(f"{name} -> {target}" for name, target in listed - set(found))
+    assert not new, f"imports running upward (fix the import, or the table in {EDIT}):\n" + "\n".join(new)
+    assert not gone, f"no longer imported; delete these entries from KNOWN_UPWARD in {EDIT}:\n" + "\n".join(
+        gone
+    )
+
+
+def test_no_import_cycle() -> None:
+    """No module imports, directly or through others, a module that imports it back: a cycle means
+    neither side can be read, tested or moved without the other. Lazy imports count (one that exists
+    to dodge a cycle is the cycle). Today's cycles are listed in KNOWN_CYCLES, and only shrink."""
+    found = set(cycles(edges()))
+    listed = {cycle.modules for cycle in layers.KNOWN_CYCLES}
+    new = [" <-> ".join(sorted(cycle)) for cycle in found - listed]
+    gone = [" <-> ".join(sorted(cycle)) for cycle in listed - found]
+    assert not new, "import cycles: " + "; ".join(sorted(new))
+    assert not gone, f"gone (or changed); update KNOWN_CYCLES in {EDIT}: " + "; ".join(sorted(gone))
+
+
 def test_envhub_never_imports_a_plugin_or_the_trainer() -> None:
-    """envs/ and trainer/ build on envhub, never the reverse: the core imports no `envhub_*` module."""
+    """envs/ and trainer/ build on envhub, never the reverse: the core imports no `envhub_*` module,
+    installed here or not."""
     offenders = {
-        f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
+        f"{where(name, line)} imports {target}"
         for name, path in MODULES.items()
+        if name.split(".")[0] == "envhub"
         for target, line in imports(name, path)
         if target.split(".")[0].startswith("envhub_")
     }
     assert not offenders, "\n".join(sorted(offenders))
 
 
-def test_no_import_cycle_between_any_two_envhub_modules() -> None:
-    """No module of envhub imports, directly or through others, a module that imports it back: a cycle
-    means neither side can be read, tested or moved without the other. Lazy imports count (one that
-    exists to dodge a cycle is the cycle)."""
-    found = cycles(edges())
-    assert not found, "import cycles: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
-
-
 def test_the_reader_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
-    """The reader itself: a relative import and one inside a function are both seen, and cycles are
-    found (or the rules above could pass by not looking)."""
+    """The reader itself: a relative import and one inside a function are both seen, cycles are found,
+    plugins are read, and the table's rules say what they mean (or the rules above could pass by not
+    looking)."""
     module = tmp_path / "fake.py"
     module.write_text(
         "from .app import fail\nfrom . import plugins\n\ndef run():\n    import envhub_swe.cli\n"
@@ -133,78 +222,11 @@ def test_the_reader_sees_lazy_and_relative_imports(tmp_path: Path) -> None:
     graph = edges()  # module by module, lazy and TYPE_CHECKING imports included
     assert "envhub.gym_adapter" in graph["envhub.core"]  # only inside `to_gymnasium` and TYPE_CHECKING
     assert "envhub.sandbox.local" in graph["envhub.sandbox.backends"]  # only inside `create`
-
-
-FLOOR = {
-    # The contract floor: what an episode is, said without any machinery.
-    "envhub.author_code",
-    "envhub.core",
-    "envhub.env_spec",
-    "envhub.ids",
-    "envhub.messages",
-    "envhub.records",
-    "envhub.text_format",
-    "envhub.tools",
-    "envhub.trace",
-    # Plumbing every model caller shares (HTTP client, micro-batching, chat templates); it stands on
-    # the contract and on nothing above it.
-    "envhub.inference",
-}
-"""The parts at the bottom: each imports only others of the floor (`to_gymnasium` aside)."""
-
-ABOVE_THE_FLOOR_ALLOWED = {
-    # `Env.to_gymnasium` builds the adapter, imported on the call since gymnasium is an extra; the adapter
-    # imports only the floor (it names the env's shape as a protocol), so this is no cycle.
-    ("envhub.core", "envhub.gym_adapter"),
-    # The rubrics are rewards: they mark their methods with the authoring layer's `@reward`.
-    ("envhub.rewards.judge", "envhub.authoring.rewards"),
-    ("envhub.rewards.reward_model", "envhub.authoring.rewards"),
-    # The LLM judge asks its questions through the OpenAI policy (to stand on envhub.inference next).
-    ("envhub.rewards.judge", "envhub.policies.openai"),
-}
-"""Known crossings of the floor rule, module to module; this list may shrink, never grow."""
-
-ON_THE_FLOOR = {
-    # The parts that may import only the floor (and themselves): policies, graders, sandboxes.
-    "envhub.policies",
-    "envhub.grading",
-    "envhub.rewards",
-    "envhub.sandbox",
-}
-
-
-def crossings(allowed_for: dict[str, set[str]]) -> set[str]:
-    """`file:line imports target` for each import from a part to an envhub part it may not import."""
-    found = set()
-    for name, path in MODULES.items():
-        part = floor(name)
-        if part not in allowed_for:
-            continue
-        for target, line in imports(name, path):
-            if target.split(".")[0] != "envhub" or floor(target) == part:
-                continue
-            if floor(target) not in allowed_for[part] and (name, target) not in ABOVE_THE_FLOOR_ALLOWED:
-                found.add(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}")
-    return found
-
-
-def test_the_floor_imports_nothing_above_it() -> None:
-    """records, messages, tools, core (and the rest of the floor) import only the floor."""
-    offenders = crossings({part: FLOOR for part in FLOOR})
-    assert not offenders, "\n".join(sorted(offenders))
-
-
-def test_policies_graders_and_sandboxes_import_only_the_floor() -> None:
-    """Policies, graders (hidden-test grading, judges, reward models) and sandboxes stand on the floor
-    alone (graders may use sandboxes too), so none of them reaches into another's helpers."""
-    allowed = {part: set(FLOOR) for part in ON_THE_FLOOR}
-    allowed["envhub.grading"] |= {"envhub.sandbox"}
-    allowed["envhub.rewards"] |= {"envhub.sandbox"}
-    offenders = crossings(allowed)
-    assert not offenders, "\n".join(sorted(offenders))
-
-
-def test_every_floor_and_standing_part_exists() -> None:
-    """A renamed part must be renamed here too, or the rules above would silently check nothing."""
-    parts = {floor(name) for name in MODULES}
-    assert parts >= (FLOOR | ON_THE_FLOOR), sorted((FLOOR | ON_THE_FLOOR) - parts)
+    assert "envhub.cli.app" in graph["envhub_swe.cli"]  # a plugin's imports are read too
+    assert layers.part_of("envhub") == "envhub" and layers.part_of("envhub.core") == "envhub.core"
+    assert layers.part_of("envhub.sandbox.fleet.leases") == "envhub.sandbox.fleet"
+    assert layers.may_import("envhub.rollout.runner", "envhub.core")
+    assert not layers.may_import("envhub.core", "envhub.rollout.runner")
+    assert not layers.may_import("envhub_miniwob.env", "envhub_games.env")  # plugins stand alone
+    assert layers.may_import("envhub_miniwob.env", "envhub_browser")  # on a plugin base
+    assert not layers.may_import("envhub.cli.app", "envhub_swe.cli")
