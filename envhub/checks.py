@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from envhub.core import Env, EnvSpec, Observation
 from envhub.policies import OraclePolicy, OraclePolicyError, Policy, RandomPolicy
 from envhub.records import Episode
+from envhub.settings import settings
 from envhub.registration import PluginImportError, registry
 from envhub.rollout import RolloutLimits, rollout
 from envhub.rollout.kwargs import check_env_kwargs
@@ -543,8 +544,8 @@ def _record_difference(played: Any, stored: Any, path: str = "episode") -> str |
 
 def reports_dir() -> Path:
     """Where the last check of each id is kept: `$ENVHUB_CHECKS_DIR`, else the user's cache folder."""
-    if explicit := os.environ.get("ENVHUB_CHECKS_DIR"):
-        return Path(explicit)
+    if (explicit := settings().checks_dir) is not None:
+        return explicit
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache) / "envhub" / "checks"
 

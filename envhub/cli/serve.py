@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from envhub.cli.app import USER_ERRORS, app, console, fail
+from envhub.settings import variable
 
 
 @app.command()
@@ -24,7 +25,7 @@ def serve(
     token: Annotated[
         str | None,
         typer.Option(
-            envvar="ENVHUB_SERVE_TOKEN",
+            envvar=variable("serve_token"),
             help="Clients must send it: 'Authorization: Bearer TOKEN', ?token=TOKEN, or a URL's user info.",
         ),
     ] = None,

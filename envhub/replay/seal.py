@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from envhub.records import Episode, Recording
+from envhub.settings import settings, variable
 
-KEY_FILE_ENV = "ENVHUB_RECORDING_KEY_FILE"
+KEY_FILE_ENV = variable("recording_key_file")
 KEY_BYTES = 32
 SEAL_VERSION = 1
 """Bumped when what the MAC covers changes: an older seal then reads as not matching."""
@@ -49,8 +50,8 @@ class UnsealedRecording(ValueError):
 
 def recording_key_path() -> Path:
     """Where the recording key lives: `$ENVHUB_RECORDING_KEY_FILE`, else the user's config folder."""
-    given = os.environ.get(KEY_FILE_ENV)
-    if given:
+    given = settings().recording_key_file
+    if given is not None:
         return Path(given).expanduser()
     config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(config) / "envhub" / "recording.key"

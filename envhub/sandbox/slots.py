@@ -17,19 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envhub.sandbox.policy import IsolationPolicy, MiB
+from envhub.settings import settings
 
-CGROUP_ROOT = Path(os.environ.get("ENVHUB_CGROUP_ROOT", "/sys/fs/cgroup"))
 CGROUP_NAME = "envhub"
 CONTROLLERS = ("memory", "pids", "cpu", "cpuacct")
-UID_BASE = int(os.environ.get("ENVHUB_SANDBOX_UID_BASE", "61000"))
-MAX_SLOTS = int(os.environ.get("ENVHUB_SANDBOX_MAX_SLOTS", "256"))
-LOCK_DIR = Path(os.environ.get("ENVHUB_SANDBOX_LOCK_DIR", "/run/envhub-sandbox"))
+"""The cgroup root, uid base, slot count and lock folder are settings (`envhub.settings`), read when used."""
 CPU_PERIOD_US = 100_000
 
 
 def cgroups_available() -> bool:
     """cgroup v1 with the controllers we need, writable by us (root)."""
-    return os.geteuid() == 0 and all((CGROUP_ROOT / c / "cgroup.procs").exists() for c in CONTROLLERS)
+    root = settings().cgroup_root
+    return os.geteuid() == 0 and all((root / c / "cgroup.procs").exists() for c in CONTROLLERS)
 
 
 @dataclass
@@ -122,35 +121,38 @@ class SlotPool:
         self._isolate_uid = os.geteuid() == 0
 
     def acquire(self) -> Slot:
-        LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for index in range(MAX_SLOTS):
-            fd = os.open(LOCK_DIR / f"slot{index}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        config = settings()
+        lock_dir = config.sandbox_lock_dir
+        lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for index in range(config.sandbox_max_slots):
+            fd = os.open(lock_dir / f"slot{index}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
                 continue
-            uid = UID_BASE + index if self._isolate_uid else os.getuid()
+            uid = config.sandbox_uid_base + index if self._isolate_uid else os.getuid()
             slot = Slot(index=index, uid=uid, lock_fd=fd)
             if self._use_cgroups:
                 try:
-                    slot.cgroups = self._cgroups(index, uid)
+                    slot.cgroups = self._cgroups(config.cgroup_root, index, uid)
                 except OSError:
                     os.close(fd)
                     raise
             return slot
         raise RuntimeError(
-            f"all {MAX_SLOTS} sandbox slots are in use; close sandboxes or raise ENVHUB_SANDBOX_MAX_SLOTS"
+            f"all {config.sandbox_max_slots} sandbox slots are in use; close sandboxes or raise "
+            "ENVHUB_SANDBOX_MAX_SLOTS"
         )
 
     def release(self, slot: Slot) -> None:
         os.close(slot.lock_fd)
 
     @staticmethod
-    def _cgroups(index: int, uid: int) -> dict[str, Path]:
+    def _cgroups(root: Path, index: int, uid: int) -> dict[str, Path]:
         dirs: dict[str, Path] = {}
         for controller in CONTROLLERS:
-            d = CGROUP_ROOT / controller / CGROUP_NAME / f"slot{index}"
+            d = root / controller / CGROUP_NAME / f"slot{index}"
             d.mkdir(parents=True, exist_ok=True)
             # Delegate only the join: the slot uid may move itself in (the launcher does, before it
             # execs bwrap); it can change no limit, and no cgroup file is visible inside the sandbox.

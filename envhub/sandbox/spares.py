@@ -18,7 +18,6 @@ import collections
 import contextlib
 import contextvars
 import logging
-import os
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -26,10 +25,11 @@ from typing import Any
 from envhub.sandbox.backends import create
 from envhub.sandbox.base import Sandbox
 from envhub.sandbox.policy import IsolationPolicy
+from envhub.settings import settings, variable
 
 log = logging.getLogger(__name__)
 
-SPARES_ENV = "ENVHUB_SANDBOX_SPARES"
+SPARES_ENV = variable("sandbox_spares")
 """How many started sandboxes `open("local")` keeps ready per event loop for the default policy (default
 1, at most MAX_SPARES); 0 turns them off."""
 MAX_SPARES = 8
@@ -46,14 +46,7 @@ _guards: set[asyncio.Task[None]] = set()
 
 
 def spare_count() -> int:
-    raw = os.environ.get(SPARES_ENV, "1").strip()
-    try:
-        count = int(raw)
-    except ValueError:
-        raise ValueError(
-            f"{SPARES_ENV}={raw!r} is not a whole number; set it to 0 (off) up to {MAX_SPARES}"
-        ) from None
-    return max(0, min(count, MAX_SPARES))
+    return max(0, min(settings().sandbox_spares, MAX_SPARES))
 
 
 async def take_spare(policy: IsolationPolicy) -> Sandbox | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -30,11 +29,12 @@ from envhub.env_spec import refuse_unknown_options
 from envhub.inference.client import bearer
 from envhub.messages import Message
 from envhub.serve import protocol as p
+from envhub.settings import settings, variable
 from envhub.tools import ToolSpec
 
 _Reply = TypeVar("_Reply", p.Hello, p.ResetDone, p.StepDone, p.ReferenceDone)
 
-TOKEN_ENV = "ENVHUB_SERVE_TOKEN"
+TOKEN_ENV = variable("serve_token")
 """The environment variable a client reads its token from when none is given."""
 
 _SCHEMES = {"ws": "ws", "wss": "wss", "http": "ws", "https": "wss"}
@@ -93,8 +93,14 @@ def _served_spec(base: str, env_id: str, authorization: str | None) -> EnvSpec:
     return p.Description.model_validate(response.json()).spec
 
 
+def serve_token() -> str | None:
+    """The token for `envhub serve` this process was given ($ENVHUB_SERVE_TOKEN), or None."""
+    secret = settings().serve_token
+    return None if secret is None else secret.get_secret_value()
+
+
 def _headers(token: str | None) -> dict[str, str]:
-    return bearer(token if token is not None else os.environ.get(TOKEN_ENV))
+    return bearer(token if token is not None else serve_token())
 
 
 def _raise(error: p.Error, url: str) -> None:

@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 
 from envhub.sandbox.scratch import SCRATCH_PREFIX
-from envhub.sandbox.slots import CGROUP_NAME, CGROUP_ROOT, MAX_SLOTS, UID_BASE
+from envhub.sandbox.slots import CGROUP_NAME
+from envhub.settings import settings
 
 
 def descendants() -> set[int]:
@@ -46,16 +47,17 @@ def sandbox_footprint() -> dict[str, object]:
     mine = f"{SCRATCH_PREFIX}{os.getpid()}-"
     scratch = sorted(glob.glob(os.path.join(tempfile.gettempdir(), f"{mine}*")))
     below = descendants()
+    config = settings()
     slot_procs = []
     for pid in sorted(below):
         try:
             uid = Path(f"/proc/{pid}").stat().st_uid
         except FileNotFoundError:
             continue
-        if UID_BASE <= uid < UID_BASE + MAX_SLOTS:
+        if config.sandbox_uid_base <= uid < config.sandbox_uid_base + config.sandbox_max_slots:
             slot_procs.append(pid)
     in_cgroups = []
-    for procs in glob.glob(str(CGROUP_ROOT / "pids" / CGROUP_NAME / "slot*" / "cgroup.procs")):
+    for procs in glob.glob(str(config.cgroup_root / "pids" / CGROUP_NAME / "slot*" / "cgroup.procs")):
         in_cgroups += [pid for pid in Path(procs).read_text().split() if int(pid) in below]
     mounts = [line for line in Path("/proc/self/mounts").read_text().splitlines() if mine in line]
     return {"scratch": scratch, "slot_procs": slot_procs, "cgroup_procs": in_cgroups, "mounts": mounts}

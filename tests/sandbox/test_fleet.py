@@ -28,7 +28,7 @@ from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable, owner
 from envhub.sandbox.backends import create
 from envhub.sandbox.fleet import Fleet, FleetConfig, LeaseBook, Provider, TokenBucket
 from envhub.sandbox.fleet.reaper import find_orphans, reap
-from envhub.sandbox.slots import MAX_SLOTS, UID_BASE
+from envhub.settings import settings
 from tests.envhub_testkit.leaks import descendants
 from tests.sandbox.conftest import _DOCKER_SKIP, DOCKER_IMAGE
 from tests.sandbox.e2b_double import E2BDouble, bwrap_missing, serving
@@ -354,7 +354,9 @@ def wait_orphaned_children(deadline_s: float = 30.0) -> None:
 
 def _slot_uid(pid: int) -> bool:
     try:
-        return UID_BASE <= Path(f"/proc/{pid}").stat().st_uid < UID_BASE + MAX_SLOTS
+        config = settings()
+        first, count = config.sandbox_uid_base, config.sandbox_max_slots
+        return first <= Path(f"/proc/{pid}").stat().st_uid < first + count
     except FileNotFoundError:
         return False
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import random
 import re
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from envhub.core import InfrastructureError
 from envhub.formats.openenv import wire
 from envhub.inference.client import bearer
 from envhub.messages import Message, ToolCall, tool_result, user
+from envhub.settings import settings, variable
 from envhub.tools import ToolSpec
 
 try:
@@ -45,7 +45,7 @@ except ImportError as exc:  # the format hook imports this module for any openen
 
 _WS_SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
 
-TOKEN_ENV = "ENVHUB_OPENENV_TOKEN"
+TOKEN_ENV = variable("openenv_token")
 """The environment variable whose value, when set, is sent to OpenEnv servers as `Bearer TOKEN`. Read
 from the environment, not the id or an option, because both are stored with every episode."""
 
@@ -91,6 +91,11 @@ def fetch_schemas(http_base: str, headers: dict[str, str]) -> wire.Schemas:
         raise ValueError(f"{http_base} does not look like an OpenEnv server: GET /schema gave {exc}") from exc
 
 
+def _token() -> str | None:
+    secret = settings().openenv_token
+    return None if secret is None else secret.get_secret_value()
+
+
 def session_capacity(url: str) -> int | None:
     """How many sessions at once the server at `url` allows, when it says so: `max_sessions` in its
     `/health`, under the env's base or at the server's root (where `envhub serve` reports it). An
@@ -99,7 +104,7 @@ def session_capacity(url: str) -> int | None:
     http, _ = split_url(url)
     parts = urlsplit(http)
     root = urlunsplit((parts.scheme, parts.netloc, "", "", ""))
-    headers = bearer(os.environ.get(TOKEN_ENV))
+    headers = bearer(_token())
     for health in dict.fromkeys((f"{http}/health", f"{root}/health")):
         try:
             response = httpx.get(health, headers=headers, timeout=10)
@@ -199,7 +204,7 @@ class OpenEnvEnv(ChatEnv):
         super().__init__(max_turns=max_turns)
         self.url, self.ws_url = split_url(url)
         self.timeout = timeout
-        self._headers = bearer(os.environ.get(TOKEN_ENV))
+        self._headers = bearer(_token())
         self.schemas = fetch_schemas(self.url, self._headers)
         self.action = ActionShape.of(self.schemas.action)
         self._socket: ClientConnection | None = None

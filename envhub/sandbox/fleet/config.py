@@ -15,14 +15,15 @@ its leases live. `ENVHUB_FLEET` holds it: inline JSON, or the path of a TOML fil
 from __future__ import annotations
 
 import json
-import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ENV_VAR = "ENVHUB_FLEET"
+from envhub.settings import settings, variable
+
+ENV_VAR = variable("fleet")
 
 
 class Provider(BaseModel):
@@ -87,7 +88,7 @@ class FleetConfig(BaseModel):
     @classmethod
     def from_env(cls) -> FleetConfig:
         """The config in ENVHUB_FLEET (inline JSON, or a TOML file's path); the defaults when unset."""
-        value = os.environ.get(ENV_VAR, "").strip()
+        value = (settings().fleet or "").strip()
         if not value:
             return cls()
         if value.startswith("{"):

@@ -153,9 +153,10 @@ def _local_orphans(directories: tuple[Path, ...]) -> Iterator[Orphan]:
 
 def _unowned_slots() -> Iterator[tuple[int, list[int]]]:
     """Slots whose lock nobody holds but whose cgroups still hold processes."""
-    from envhub.sandbox.slots import CGROUP_NAME, CGROUP_ROOT
+    from envhub.sandbox.slots import CGROUP_NAME
+    from envhub.settings import settings
 
-    for procs in sorted((CGROUP_ROOT / "pids" / CGROUP_NAME).glob("slot*/cgroup.procs")):
+    for procs in sorted((settings().cgroup_root / "pids" / CGROUP_NAME).glob("slot*/cgroup.procs")):
         index = procs.parent.name.removeprefix("slot")
         with contextlib.suppress(OSError, ValueError):
             pids = [int(p) for p in procs.read_text().split()]
@@ -168,10 +169,10 @@ def _unowned_slots() -> Iterator[tuple[int, list[int]]]:
 @contextlib.contextmanager
 def _slot_lock(index: int) -> Iterator[bool]:
     """Holds slot `index`'s lock if nobody does (True), so no sandbox takes the slot meanwhile."""
-    from envhub.sandbox.slots import LOCK_DIR
+    from envhub.settings import settings
 
     try:
-        fd = os.open(LOCK_DIR / f"slot{index}.lock", os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(settings().sandbox_lock_dir / f"slot{index}.lock", os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
         yield True
         return
@@ -196,9 +197,10 @@ def _remove_scratch(orphan: Orphan) -> None:
 
 
 def _empty_slot(orphan: Orphan) -> None:
-    from envhub.sandbox.slots import CGROUP_NAME, CGROUP_ROOT
+    from envhub.sandbox.slots import CGROUP_NAME
+    from envhub.settings import settings
 
-    procs = CGROUP_ROOT / "pids" / CGROUP_NAME / f"slot{orphan.ref}" / "cgroup.procs"
+    procs = settings().cgroup_root / "pids" / CGROUP_NAME / f"slot{orphan.ref}" / "cgroup.procs"
     with _slot_lock(int(orphan.ref)) as free:
         if not free:
             return  # a sandbox took the slot since: it kills the leftovers itself
