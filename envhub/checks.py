@@ -30,10 +30,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from envhub.core import Env, EnvSpec, Observation
 from envhub.policies import OraclePolicy, OraclePolicyError, Policy, RandomPolicy
 from envhub.records import Episode
-from envhub.settings import settings
 from envhub.registration import PluginImportError, registry
 from envhub.rollout import RolloutLimits, rollout
 from envhub.rollout.kwargs import check_env_kwargs
+from envhub.settings import settings
 from envhub.store import read_episodes
 
 __all__ = [
