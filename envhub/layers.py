@@ -311,24 +311,7 @@ KNOWN_UPWARD: tuple[KnownUpward, ...] = (
 """Imports that break the table today: the worklist of issue 30. Only ever shrinks."""
 
 
-KNOWN_CYCLES: tuple[KnownCycle, ...] = (
-    KnownCycle(
-        frozenset({"envhub_gym_text.env", "envhub_gym_text.oracle", "envhub_gym_text.toy_text"}),
-        "`toy_text` holds both the text rendering `env` and `oracle` use and the entry points' targets, "
-        "which build `env`'s classes.",
-        "issue 30 layer table (L): the rendering moves out of `toy_text`.",
-    ),
-    KnownCycle(
-        frozenset({"envhub_swe.conda_env", "envhub_swe.specs"}),
-        "`specs` builds conda environments and `conda_env` reads the specs' versions.",
-        "issue 30 layer table (L): what both need gets its own module.",
-    ),
-    KnownCycle(
-        frozenset({"envhub_textarena.catalog", "envhub_textarena.env", "envhub_textarena.games"}),
-        "`games` defines the env classes the catalog lists, and `env` reads the catalog through `games`.",
-        "issue 30 layer table (L): the catalog stands below the games.",
-    ),
-)
+KNOWN_CYCLES: tuple[KnownCycle, ...] = ()
 """Import cycles today, each as its strongly connected set of modules. Only ever shrinks."""
 
 
@@ -391,11 +374,15 @@ def render_markdown() -> str:
             parts += " (each alone: never one another)"
         rows.append(f"| {layer.name} | {parts} | {may} | {layer.why} |")
     rows.append("")
-    rows.append("Known upward imports (issue 30's worklist; each removal deletes its entry):")
+    rows.append(
+        "Known upward imports (issue 30's worklist; each removal deletes its entry):"
+        if KNOWN_UPWARD
+        else "Known upward imports: none."
+    )
     rows.append("")
     rows.extend(f"- `{known.module}` → `{known.imports}`: {known.removed_by}" for known in KNOWN_UPWARD)
     rows.append("")
-    rows.append("Known import cycles:")
+    rows.append("Known import cycles:" if KNOWN_CYCLES else "Known import cycles: none.")
     rows.append("")
     rows.extend(
         f"- {' ↔ '.join(f'`{name}`' for name in sorted(cycle.modules))}: {cycle.removed_by}"

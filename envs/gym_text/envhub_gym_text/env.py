@@ -18,8 +18,8 @@ from gymnasium import spaces
 
 import envhub
 from envhub.grading.numbers import integer
+from envhub_gym_text.as_text import action_names, describe_state, rules_of
 from envhub_gym_text.oracle import reference_policy
-from envhub_gym_text.toy_text import action_names, describe_state, rules_of
 
 DEFAULT_STEPS = 100
 """Turns allowed when the gymnasium env sets no step limit of its own."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from envhub_gym_text.toy_text import BLACKJACK
+from envhub_gym_text.as_text import BLACKJACK
 
 GAMMA = 0.999
 MAX_STATES_ACTIONS = 1_000_000

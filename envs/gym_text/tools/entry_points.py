@@ -6,7 +6,7 @@ Paste its output over the block in envs/gym_text/pyproject.toml after a gymnasiu
 tests/test_gymtext_ids.py fails until the two agree.
 """
 
-from envhub_gym_text.toy_text import toy_text_ids
+from envhub_gym_text.as_text import toy_text_ids
 
 print('[project.entry-points."envhub.envs"]')
 for gym_id in toy_text_ids():

@@ -28,7 +28,7 @@ import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from envhub_swe.specs import NoSpec, Step
+from envhub_swe.steps import NoSpec, Step
 
 REQUIREMENTS = "$HOME/environment-requirements.txt"
 DELIMITER = "EOF_ENVHUB_CONDA_ENV"

@@ -32,26 +32,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from envhub_swe.conda_env import CondaEnvironment
 from envhub_swe.data import Instance
+from envhub_swe.steps import NoSpec as NoSpec  # in `steps`, shared with `conda_env`; importable here too
+from envhub_swe.steps import Step as Step
 
 HARNESS_VERSION = "4.1.0"
 """The swebench release whose environment specifications are used (the last one that ships them)."""
 RAW_GITHUB = "https://raw.githubusercontent.com/"
 ENV_NAME = "testbed"
-
-
-class NoSpec(RuntimeError):
-    """The official harness has no environment for this instance that a venv here can reproduce."""
-
-
-@dataclass(frozen=True)
-class Step:
-    """One line of the official set-up scripts, as prepare runs it (or why it does not)."""
-
-    command: str
-    run: bool = True
-    note: str = ""
-    """How the official line was adapted, or why it is skipped."""
 
 
 @dataclass(frozen=True)
@@ -254,8 +243,6 @@ def adapt_script(
 ) -> list[Step]:
     """The harness's two set-up scripts as prepare runs them: a conda environment file's lines as
     `conda_env.py` translates them, every other line by `adapt`."""
-    from envhub_swe.conda_env import CondaEnvironment  # it builds on this module's Step and NoSpec
-
     conda = CondaEnvironment.of(env_lines, spec)
     steps: list[Step] = []
     for line in [*env_lines, *repo_lines]:

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import envhub
 from envhub.messages import Message
-from envhub_textarena.games import Game
+from envhub_textarena.game_record import Game
 from envhub_textarena.opponents import OPPONENTS, Opponent
 from envhub_textarena.seeding import GlobalRandom
 
