@@ -10,12 +10,16 @@ from __future__ import annotations
 import functools
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from envhub.ids import parse_env_id
+
+SandboxKind = Literal["none", "local", "docker", "e2b", "browser"]
+"""Which sandbox an env runs its code in; declared once, on its registration (envhub.registration)."""
+SANDBOX_KINDS: tuple[str, ...] = get_args(SandboxKind)
 
 _ENV_FIELDS = "package, entry_point, versions, description, default_sandbox, data_source, tags"
 
@@ -31,7 +35,7 @@ class IndexEntry(BaseModel):
     entry_point: str = Field(pattern=r"^[\w.]+:[\w.]+$")
     versions: list[int] = Field(min_length=1)
     description: str
-    default_sandbox: Literal["none", "local", "docker", "e2b", "browser"] = "none"
+    default_sandbox: SandboxKind = "none"
     data_source: str = "procedural"
     tags: list[str] = Field(default_factory=list)
 
@@ -64,7 +68,7 @@ class SourceEntry(BaseModel):
     """The published package that holds the data and the scoring code, pinned: `textarena==0.7.4`."""
     licence: str
     description: str
-    default_sandbox: Literal["none", "local", "docker", "e2b", "browser"] = "none"
+    default_sandbox: SandboxKind = "none"
     tags: list[str] = Field(default_factory=list)
 
     @property

@@ -30,9 +30,10 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import os
 import re
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, Protocol
@@ -40,7 +41,7 @@ from typing import Any, Protocol
 from envhub.core import Env, EnvSpec, Provenance
 from envhub.env_spec import refuse_unknown_options
 from envhub.ids import EnvId, InvalidEnvId, parse_env_id
-from envhub.index import RegistryIndex, default_index
+from envhub.index import SANDBOX_KINDS, RegistryIndex, SandboxKind, default_index
 
 ENTRY_POINT_GROUP = "envhub.envs"
 NAMESPACE_GROUP = "envhub.namespaces"
@@ -85,6 +86,9 @@ class Registration:
     package_version: str | None = None
     max_turns: int | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
+    sandbox: SandboxKind = "none"
+    """The sandbox the env runs its code in unless its `backend` option names another (`sandbox_kind`):
+    given to `register()`, or for a plugin's entry point read from the hub's index (registry.yaml)."""
 
     @property
     def id(self) -> str:
@@ -117,12 +121,23 @@ class Registry:
         max_turns: int | None = None,
         kwargs: dict[str, Any] | None = None,
         override: bool = False,
+        sandbox: SandboxKind = "none",
     ) -> Registration:
-        """Register an environment under `env_id`; `entry_point` is a factory or `"module:attr"`."""
+        """Register an environment under `env_id`; `entry_point` is a factory or `"module:attr"`;
+        `sandbox` is the one it runs its code in (the runner's `backend_concurrency` caps count it)."""
         parsed = parse_env_id(env_id)
+        if sandbox not in SANDBOX_KINDS:
+            raise ValueError(
+                f"unknown sandbox {sandbox!r} for {env_id!r}; choose one of {', '.join(SANDBOX_KINDS)}"
+            )
         module = entry_point.split(":")[0] if isinstance(entry_point, str) else entry_point.__module__
         registration = Registration(
-            parsed, entry_point, origin=f"register() in {module}", max_turns=max_turns, kwargs=kwargs or {}
+            parsed,
+            entry_point,
+            origin=f"register() in {module}",
+            max_turns=max_turns,
+            kwargs=kwargs or {},
+            sandbox=sandbox,
         )
         existing = self._registrations.get(str(parsed))
         if existing is not None and not override:
@@ -151,12 +166,19 @@ class Registry:
                 origin=f"plugin {package}",
                 package=package,
                 package_version=dist.version if dist else None,
+                sandbox=self._indexed_sandbox(env_id),
             )
             existing = self._registrations.get(registration.id)
             if existing is not None and existing.origin != registration.origin:
                 self._conflicts.setdefault(registration.id, [existing]).append(registration)
                 continue
             self._registrations[registration.id] = registration
+
+    def _indexed_sandbox(self, env_id: EnvId) -> SandboxKind:
+        """The sandbox the hub's index declares for a first-party id (its own row, or its collection's)."""
+        entry = self.index.envs.get(env_id.family) if self.index else None
+        source = self.index.source_of(env_id.namespace) if self.index else None
+        return entry.default_sandbox if entry else (source.default_sandbox if source else "none")
 
     def registrations(self) -> dict[str, Registration]:
         self._discover_plugins()
@@ -222,7 +244,14 @@ class Registry:
         if factory is None:
             return None
         version = ep.dist.version if ep.dist else None
-        registration = Registration(wanted, factory, origin=origin, package=package, package_version=version)
+        registration = Registration(
+            wanted,
+            factory,
+            origin=origin,
+            package=package,
+            package_version=version,
+            sandbox=self._indexed_sandbox(wanted),
+        )
         self._registrations[registration.id] = registration
         return registration
 
@@ -319,9 +348,7 @@ class Registry:
                 package_version=registration.package_version,
                 entry_point=registration.entry_point_text,
                 data_source=entry.data_source if entry else (source.upstream if source else None),
-                default_sandbox=entry.default_sandbox
-                if entry
-                else (source.default_sandbox if source else None),
+                default_sandbox=registration.sandbox,
             ),  # no lock_hash: it reads every file of the plugin; envhub.lock.stamp adds it when asked
         )
 
@@ -377,6 +404,19 @@ def factory_reset_options(factory: Callable[..., Any]) -> dict[str, str] | None:
     if isinstance(factory, type) and issubclass(factory, Env) and factory.reset_options is not None:
         return dict(factory.reset_options)
     return None
+
+
+def sandbox_kind(declared: str | None, options: Mapping[str, Any]) -> str:
+    """The sandbox an env runs in: its `backend` option when that names a sandbox kind (`auto` as
+    `envhub.sandbox.open` decides it: e2b with E2B_API_KEY, else local), else the one its registration
+    declares (`EnvSpec.provenance.default_sandbox`), else "none". The one rule the runner's and Ray's
+    `backend_concurrency` caps, Ray's placement and the lock all read."""
+    backend = options.get("backend")
+    if backend == "auto":
+        backend = "e2b" if os.environ.get("E2B_API_KEY") else "local"
+    if isinstance(backend, str) and backend in SANDBOX_KINDS:
+        return backend
+    return declared if declared in SANDBOX_KINDS else "none"
 
 
 def format_of(env_id: str) -> tuple[metadata.EntryPoint, str] | None:
@@ -491,9 +531,12 @@ def register(
     max_turns: int | None = None,
     kwargs: dict[str, Any] | None = None,
     override: bool = False,
+    sandbox: SandboxKind = "none",
 ) -> Registration:
     """Register an environment id in the shared registry (for code that is not a plugin package)."""
-    return registry.register(env_id, entry_point, max_turns=max_turns, kwargs=kwargs, override=override)
+    return registry.register(
+        env_id, entry_point, max_turns=max_turns, kwargs=kwargs, override=override, sandbox=sandbox
+    )
 
 
 def make(env_id: str, *, max_turns: int | None = None, **kwargs: Any) -> Env:

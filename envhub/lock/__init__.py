@@ -9,8 +9,8 @@ episode records the combined hash it ran under (`Provenance.lock_hash`), and
 (`envhub.lock.lockfile`).
 
 The lock stands above the registry, which never asks it for anything: whoever records a spec stamps
-the hash on it (`envhub.lock.stamp`). This package's own import reads only the components; the
-lockfile and the stamp, which resolve ids through the registry, are imported by name.
+the hash on it (`envhub.lock.stamp`). This package's own import brings only the components; the
+lockfile and the stamp, which resolve ids through the shared registry, are imported by name.
 """
 
 from envhub.lock.components import COMPONENTS, Component, LockEntry, LockError, lock_entry, lock_hash

@@ -16,8 +16,9 @@ sum of components, the graders, the reward functions, the runner that stores the
 - sandbox: what the env's sandbox shows its code. `docker`: the engine's image id for the image the env
   uses. `local`: the interpreter the bubblewrap sandbox runs (`python3` on its PATH, /usr bound read-only)
   and its standard library, which is all a grader run with `python3 -I -S` imports. `browser`: the
-  Playwright version. `none`: nothing. The kind is the env's `backend` option when given, else its
-  registry.yaml default sandbox; the image is its `image` option, else envhub's default image.
+  Playwright version. `none`: nothing. The kind is `envhub.registration.sandbox_kind`'s, the rule the
+  runner's caps read too: the env's `backend` option when it names a sandbox, else the sandbox its
+  registration declares; the image is its `image` option, else envhub's default image.
 - core: every file of the `envhub-core` distribution (the `envhub` package, as imported): reward
   aggregation, graders, reward functions, the runner and the store.
 - registry: the id, entry point, distribution and version, and the registry.yaml row for the id.
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -42,6 +42,7 @@ from typing import Any, Protocol, TypeVar, cast
 from envhub.ids import EnvId
 from envhub.index import RegistryIndex
 from envhub.lock.digest import file_parts, parts_hash, sha256_file, tree_files
+from envhub.registration import sandbox_kind
 
 _T = TypeVar("_T")
 
@@ -51,7 +52,6 @@ CODE_SUFFIXES = (".py", ".pyi", ".so", ".pyd")
 CORE_DISTRIBUTION = "envhub-core"
 CORE_PACKAGE = "envhub"
 """envhub's distribution and its import name, pinned whole: any of its files can change a reward."""
-SANDBOX_KINDS = ("none", "local", "docker", "e2b", "browser")
 SANDBOX_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 """Where the local sandbox finds `python3` (envhub.sandbox.bwrap.DEFAULT_PATH, in order)."""
 PINNED_DIST = re.compile(r"^(?P<name>[A-Za-z0-9][\w.-]*)==(?P<version>[\w.]+)")
@@ -74,6 +74,8 @@ class Registered(Protocol):
     def package_version(self) -> str | None: ...
     @property
     def kwargs(self) -> dict[str, Any]: ...
+    @property
+    def sandbox(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def lock_entry(
     code, data = dict(read[0]), dict(read[1])  # copies: the remembered parts stay as they were read
     core = _read(("core",), lambda: distribution_parts(CORE_DISTRIBUTION, (CORE_PACKAGE,)), reuse)
     source = _data_distribution(row)
-    kind, image = _sandbox_kind(kwargs, row), kwargs.get("image")
+    kind, image = sandbox_kind(registered.sandbox, kwargs), kwargs.get("image")
     entry = LockEntry(
         env_id=str(registered.env_id),
         components={
@@ -353,17 +355,6 @@ def _dist_parts(name: str | None) -> dict[str, str]:
         if path.is_file() and not posix.endswith((".pyc", ".pyo")):
             parts[f"{name}:{posix}"] = sha256_file(path)
     return parts
-
-
-def _sandbox_kind(kwargs: Mapping[str, Any], row: Mapping[str, Any] | None) -> str:
-    """The env's `backend` option if it names a sandbox, else the registry's default sandbox."""
-    backend = kwargs.get("backend")
-    if backend == "auto":  # as envhub.sandbox.backends.create decides it
-        backend = "e2b" if os.environ.get("E2B_API_KEY") else "local"
-    if isinstance(backend, str) and backend in SANDBOX_KINDS:
-        return backend
-    default = row.get("default_sandbox") if row is not None else None
-    return str(default) if default in SANDBOX_KINDS else "none"
 
 
 def sandbox_parts(kind: str, image: Any = None) -> dict[str, str]:

@@ -42,14 +42,14 @@ import time
 import uuid
 import weakref
 from collections import Counter, OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Hashable, Iterable
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from envhub.policies import Policy, load_policy
 from envhub.records import Episode
-from envhub.registration import Registration, UnknownEnvError, is_external, registry
+from envhub.registration import Registration, UnknownEnvError, is_external, registry, sandbox_kind
 from envhub.rollout.runner import BatchResult, EnvWorker, EpisodeRef, RolloutLimits, as_refs, fork_groups
 
 log = logging.getLogger(__name__)
@@ -348,12 +348,14 @@ class RayEpisodePool:
         Safe to call twice."""
         self._finalizer()
 
-    def start(self, workers: int, env_id: str | None = None) -> list[Actor]:
+    def start(
+        self, workers: int, env_id: str | None = None, env_kwargs: Mapping[str, Any] | None = None
+    ) -> list[Actor]:
         """Start actors for `env_id`'s episodes (and Ray, if it is not running) until there are `workers`,
         without waiting for them: a caller that knows its first batch is coming starts them while it
         prepares the rest. Returns that env's actors."""
         ray = self._ray()
-        resources = self.resources_for(env_id)
+        resources = self.resources_for(env_id, env_kwargs)
         actors = self._state.actors.setdefault(_resources_key(resources), [])
         placement: dict[str, Any] = {"resources": resources, "num_cpus": 0} if resources else {}
         actor_class = ray.remote(EpisodeWorker).options(
@@ -376,15 +378,17 @@ class RayEpisodePool:
         stats: list[dict[str, Any]] = ray.get([actor.stats.remote() for actor in _every_actor(self._state)])
         return stats
 
-    def resources_for(self, env_id: str | None) -> dict[str, float]:
+    def resources_for(
+        self, env_id: str | None, env_kwargs: Mapping[str, Any] | None = None
+    ) -> dict[str, float]:
         """The custom resources each actor playing `env_id` asks for: the pool's `resources`, else the
-        one its default sandbox needs (`SANDBOX_RESOURCES`) if the cluster has it, else none."""
+        one its sandbox needs (`SANDBOX_RESOURCES`; `_sandbox_of`) if the cluster has it, else none."""
         if self.resources is not None:
             return dict(self.resources)
         if env_id is None:
             return {}
         try:
-            sandbox = registry.spec(env_id).provenance.default_sandbox or "none"
+            sandbox = _sandbox_of(env_id, env_kwargs or {})
         except Exception:  # a remote id or an unknown one: the actors' own registry decides
             return {}
         name = SANDBOX_RESOURCES.get(sandbox)
@@ -392,11 +396,11 @@ class RayEpisodePool:
             return {}
         return {name: 1.0}
 
-    def capacity(self, env_id: str | None) -> int:
+    def capacity(self, env_id: str | None, env_kwargs: Mapping[str, Any] | None = None) -> int:
         """How many actors for `env_id` the cluster holds: one per CPU of each node that has its resource,
         at most that node's units of it (an actor plays many episodes at once, so more actors than
         cores only add processes), or one per CPU of the cluster for an env that needs no resource."""
-        resources = self.resources_for(env_id)
+        resources = self.resources_for(env_id, env_kwargs)
         ray = self._ray()
         if not resources:
             return max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -436,11 +440,11 @@ class RayEpisodePool:
         units = [[ref] for ref in refs] if fork_at is None else fork_groups(refs, limits)
         slots = min(limits.concurrency, max(len(refs), 1))
         if limits.backend_concurrency:  # every episode uses the same env, hence the same sandbox backend
-            backend = registry.spec(env_id).provenance.default_sandbox or "none"
+            backend = _sandbox_of(env_id, env_kwargs)
             slots = min(slots, limits.backend_concurrency.get(backend, slots))
         ray = self._ray()
-        count = max(1, min(workers or self.capacity(env_id), slots))
-        actors = self.start(count, env_id)
+        count = max(1, min(workers or self.capacity(env_id, env_kwargs), slots))
+        actors = self.start(count, env_id, env_kwargs)
         batch = self._batch(env_id, env_kwargs, policy, limits, fork_at)
         state = self._state
         state.batches += 1
@@ -506,6 +510,12 @@ def _factory_key(factory: PolicyFactory) -> Hashable:
     except TypeError:
         return ("id", id(factory))  # kept alive beside its token, so the id cannot be reused meanwhile
     return key
+
+
+def _sandbox_of(env_id: str, env_kwargs: Mapping[str, Any]) -> str:
+    """The sandbox `env_id`'s episodes run in with these options (`envhub.registration.sandbox_kind`)."""
+    spec = registry.spec(env_id)
+    return sandbox_kind(spec.provenance.default_sandbox, {**spec.env_kwargs, **env_kwargs})
 
 
 def _serve_token(env_id: str) -> str | None:

@@ -26,7 +26,7 @@ from envhub.lock.stamp import stamp
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
 from envhub.records import RETRYABLE, Episode, EpisodeError, ErrorKind, Turn, episode_id
-from envhub.registration import make
+from envhub.registration import make, sandbox_kind
 from envhub.replay import seal
 from envhub.sandbox import recording as tapes
 
@@ -541,7 +541,8 @@ class EnvWorker:
             except Exception as exc:  # a sandbox that could not start: retried like any infrastructure error
                 episode = self._unmade(ref, exc, attempt)
                 continue
-            backend = (env.spec.provenance.default_sandbox if env.spec else None) or "none"
+            spec = env.spec
+            backend = sandbox_kind(spec.provenance.default_sandbox, spec.env_kwargs) if spec else "none"
             slot = self.backend_slots.get(backend)
             if slot is None:
                 episode = await self._play_once(env, ref, budget_deadline)
