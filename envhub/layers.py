@@ -299,14 +299,6 @@ KNOWN_UPWARD: tuple[KnownUpward, ...] = (
         "The LLM judge asks its questions through the OpenAI policy.",
         "not yet assigned in issue 30: the judge should ask through `envhub.inference` directly.",
     ),
-    KnownUpward(
-        "envhub.formats.harbor.env",
-        "envhub",
-        "Harbor's env imports the public package, which imports the registry that loads the formats by "
-        "entry point.",
-        "issue 30, a registry that imports nothing above the contract (R), and Harbor's home in "
-        "`envhub/integrations/` (H): import from the layers below instead.",
-    ),
 )
 """Imports that break the table today: the worklist of issue 30. Only ever shrinks."""
 

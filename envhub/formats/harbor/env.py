@@ -21,8 +21,10 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-import envhub
 from envhub.authoring.chat import Reaction
+from envhub.authoring.rewards import reward
+from envhub.authoring.tool_env import ToolEnv
+from envhub.core import Action, EpisodeStateError
 from envhub.formats.harbor.runtime import (
     COMMAND_LIMIT_S,
     RUNTIMES,
@@ -34,12 +36,13 @@ from envhub.formats.harbor.runtime import (
 from envhub.formats.harbor.task import HarborTask, resolve_env
 from envhub.messages import Message, ToolCall
 from envhub.sandbox import ExecResult
+from envhub.tools import tool
 
 MAX_OUTPUT = 16_000
 """Characters of command output shown to the agent; the rest is cut from the middle."""
 
 
-class HarborEnv(envhub.ToolEnv):
+class HarborEnv(ToolEnv):
     """A Harbor task folder: shell access to the task's machine, graded by the task's own tests."""
 
     max_turns = 50
@@ -109,12 +112,12 @@ class HarborEnv(envhub.ToolEnv):
     @property
     def workspace(self) -> Workspace:
         if self._workspace is None:
-            raise envhub.EpisodeStateError("the task's environment is not open: call reset() first")
+            raise EpisodeStateError("the task's environment is not open: call reset() first")
         return self._workspace
 
     # -- tools ----------------------------------------------------------------------------------------
 
-    @envhub.tool
+    @tool
     async def bash(self, command: str, timeout: float = 120.0) -> str:  # noqa: ASYNC109 - the agent sets it
         """Run a shell command in the task's environment; returns its output and exit status.
 
@@ -131,7 +134,7 @@ class HarborEnv(envhub.ToolEnv):
         self._agent_time_left -= result.wall_time_s
         return _clip(_describe(result))
 
-    @envhub.tool
+    @tool
     async def submit(self) -> str:
         """Say the task is done; this ends the episode and the task's tests run."""
         self._submitted = True
@@ -175,20 +178,20 @@ class HarborEnv(envhub.ToolEnv):
         self.reward_notes = {"reward": f"0: {why}; test.sh said: {self.verifier_output[-1000:]}"}
         return {}
 
-    @envhub.reward
+    @reward
     async def reward(self) -> float:
         """The tests' reward: reward.json's "reward" (or its only value), else reward.txt's number."""
         return main_reward(await self.grade())
 
     # -- the oracle -----------------------------------------------------------------------------------
 
-    def reference_action(self, messages: list[Message]) -> envhub.Action:
+    def reference_action(self, messages: list[Message]) -> Action:
         """Harbor's oracle: unpack solution/ at /solution and run solve.sh from the working directory, then
         submit."""
         if any(m.role == "tool" for m in messages):
             return Message(role="assistant", tool_calls=[ToolCall.create("submit", {}, id="submit")])
         if not self.task.has_solution:
-            raise envhub.EpisodeStateError(f"{self.task.path} has no solution/solve.sh to play")
+            raise EpisodeStateError(f"{self.task.path} has no solution/solve.sh to play")
         timeout = min(COMMAND_LIMIT_S, self.task.config.agent.timeout_sec or COMMAND_LIMIT_S)
         return Message(
             role="assistant",
