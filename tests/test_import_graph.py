@@ -161,6 +161,8 @@ def test_the_table_is_well_formed() -> None:
     # A part may have no module yet (its row comes before its code); a renamed part's modules would
     # map to no row, which test_every_module_maps_to_a_row reports.
     assert all(ours(part) for part in parts), sorted(p for p in parts if not ours(p))
+    pairs = [(known.module, known.imports) for known in layers.KNOWN_UPWARD]
+    assert len(set(pairs)) == len(pairs), f"{EDIT}: KNOWN_UPWARD lists an import twice"
     named = {m for k in layers.KNOWN_UPWARD for m in (k.module, k.imports)}
     named |= {m for c in layers.KNOWN_CYCLES for m in c.modules}
     assert named <= set(MODULES), f"{EDIT}'s worklist names no such module: {sorted(named - set(MODULES))}"
