@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from envhub import layers
@@ -42,6 +44,17 @@ def test_the_path_table_names_every_part() -> None:
     homes = [(part, home(part)) for layer in layers.LAYERS for part in layer.parts if exists(part)]
     missing = [(part, path) for part, path in homes if f"`{path}" not in paths]
     assert not missing, f"docs/architecture.md's path table names none of these homes: {missing}"
+
+
+def test_the_path_table_names_only_what_exists() -> None:
+    """Each path in the first column of the doc's path table exists, so a moved or removed part
+    leaves no row pointing at nothing."""
+    doc = layers.DOC.read_text()
+    rows = [line for line in doc[: doc.index("## Layers")].splitlines() if line.startswith("| `")]
+    named = [path for row in rows for path in re.findall(r"`([^`]+)`", row.split("|")[1])]
+    assert named, "docs/architecture.md's path table was not found"
+    gone = [path for path in named if not (REPO / path).exists()]
+    assert not gone, f"docs/architecture.md's path table names what does not exist: {gone}"
 
 
 def test_the_writer_replaces_only_the_marked_table() -> None:
