@@ -4,13 +4,14 @@ Why one model: the variables were read in a dozen modules, four of them when the
 setting one after `import envhub` did nothing), and two were documented nowhere. Each field here is one
 variable (`sandbox_max_slots` is `ENVHUB_SANDBOX_MAX_SLOTS`), its description is its documentation, and
 docs/settings.md's table is rendered from it (`python -m envhub.settings --write`; a test keeps the two
-equal). `settings()` reads the environment afresh on every call: call it where the value is used, never
-keep its result in a module constant. Plugins' own variables stay in the plugin and are listed in the
+equal). `settings()` reads the environment on every call: call it where the value is used, never keep
+its result in a module constant. Plugins' own variables stay in the plugin and are listed in the
 same document. Parsing and validation are pydantic-settings'; an empty variable counts as unset.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -101,7 +102,19 @@ def variable(field: str) -> str:
 
 
 def settings() -> Settings:
-    """The settings as the environment holds them now (read afresh on every call)."""
+    """The settings as the environment holds them now: read afresh whenever an `ENVHUB_*` variable
+    changed. Parsed once per distinct set of values, since a sandbox open reads them and building the
+    model (~0.6 ms) would cost about half of an open, and looking the variables up costs microseconds.
+    The names are upper case, as documented (pydantic-settings would also read them in lower case)."""
+    return _parsed(tuple(os.environ.get(name) for name in _VARIABLES))
+
+
+_VARIABLES = tuple(PREFIX + field.upper() for field in Settings.model_fields)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(values: tuple[str | None, ...]) -> Settings:
+    """`Settings` for these `ENVHUB_*` values (the key; pydantic-settings reads the environment itself)."""
     try:
         return Settings()
     except ValidationError as exc:

@@ -89,3 +89,15 @@ def test_the_core_reads_its_variables_only_through_the_settings() -> None:
         if direct.search(path.read_text())
     ]
     assert not readers, f"read ENVHUB_* from os.environ directly: {readers}"
+
+
+def test_a_changed_variable_is_seen_by_the_next_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parsed settings are reused only while every variable holds the same value."""
+    monkeypatch.setenv("ENVHUB_SANDBOX_SPARES", "2")
+    first = settings()
+    assert first.sandbox_spares == 2 and settings() is first
+    monkeypatch.setenv("ENVHUB_SANDBOX_SPARES", "3")
+    assert settings().sandbox_spares == 3
+    monkeypatch.setenv("ENVHUB_SANDBOX_SPARES", "three")
+    with pytest.raises(SettingsError, match="ENVHUB_SANDBOX_SPARES='three'"):
+        settings()
