@@ -103,8 +103,8 @@ def variable(field: str) -> str:
 
 def settings() -> Settings:
     """The settings as the environment holds them now: read afresh whenever an `ENVHUB_*` variable
-    changed. Parsed once per distinct set of values, since a sandbox open reads them and building the
-    model (~0.6 ms) would cost about half of an open, and looking the variables up costs microseconds.
+    changed. Parsed once per distinct set of values: every local sandbox open reads them, and building
+    the model costs a sizeable part of an open where looking the variables up costs next to nothing.
     The names are upper case, as documented (pydantic-settings would also read them in lower case)."""
     return _parsed(tuple(os.environ.get(name) for name in _VARIABLES))
 
