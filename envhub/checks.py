@@ -35,6 +35,7 @@ from envhub.rollout import RolloutLimits, rollout
 from envhub.rollout.kwargs import check_env_kwargs
 from envhub.settings import settings
 from envhub.store import read_episodes
+from envhub.wrappers import unwrap
 
 __all__ = [
     "CHECKS",
@@ -312,9 +313,9 @@ class _Declared:
 
     @classmethod
     def of(cls, env: Env) -> _Declared:
-        declared = type(env).reference_reward
+        declared = type(unwrap(env)).reference_reward
         return cls(
-            has_reference=type(env).reference_action is not Env.reference_action,
+            has_reference=type(unwrap(env)).reference_action is not Env.reference_action,
             reference_reward=None if declared is None else float(declared),
         )
 

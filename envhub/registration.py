@@ -42,6 +42,7 @@ from envhub.core import Env, EnvSpec, Provenance
 from envhub.env_spec import refuse_unknown_options
 from envhub.ids import EnvId, InvalidEnvId, parse_env_id
 from envhub.index import SANDBOX_KINDS, RegistryIndex, SandboxKind, default_index
+from envhub.wrappers import apply_wrappers
 
 ENTRY_POINT_GROUP = "envhub.envs"
 NAMESPACE_GROUP = "envhub.namespaces"
@@ -300,8 +301,13 @@ class Registry:
         return self._spec(registration, {}, registration.max_turns, factory)
 
     def make(self, env_id: str, *, max_turns: int | None = None, **kwargs: Any) -> Env:
-        """Build a fresh environment; keyword arguments go to its constructor (or, for a URL such as
+        """Build a fresh environment, in the wrappers that keep its turn limit and turn order for any
+        env (`envhub.wrappers`); keyword arguments go to its constructor (or, for a URL such as
         `ws://host:port/ID`, to the env `envhub serve` makes there)."""
+        return apply_wrappers(self._build(env_id, max_turns=max_turns, **kwargs))
+
+    def _build(self, env_id: str, *, max_turns: int | None = None, **kwargs: Any) -> Env:
+        """The env `make` wraps."""
         scheme = scheme_of(env_id)
         if scheme is not None:
             return _scheme_resolver(scheme).make(env_id, max_turns=max_turns, kwargs=kwargs)

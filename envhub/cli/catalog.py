@@ -27,6 +27,7 @@ from envhub.checks import load_report
 from envhub.cli.app import USER_ERRORS, app, console, fail
 from envhub.lock.stamp import stamp
 from envhub.registration import PluginImportError, Registration, registry
+from envhub.wrappers import unwrap
 
 
 def catalog() -> list[dict[str, Any]]:
@@ -293,6 +294,7 @@ def info(env_id: str) -> None:
         env = envhub.make(env_id) if reason is None else None
     except USER_ERRORS as exc:
         raise fail(exc) from exc
+    env = None if env is None else unwrap(env)  # the env's own class is described, not make()'s wrappers
     entry = registry.index.envs.get(envhub.parse_env_id(spec.id).family) if registry.index else None
     table = Table(title=spec.id, show_header=False)
     table.add_column("field", style="bold")
