@@ -32,6 +32,7 @@ from reasoning_gym.dataset import ProceduralDataset  # type: ignore[import-untyp
 from reasoning_gym.factory import DATASETS  # type: ignore[import-untyped]
 
 from envhub.grading import hedges
+from envhub.grading.numbers import integer
 
 CONTAINMENT_CREDIT = {"codeio", "manipulate_matrix", "tsumego"}
 """Datasets with a custom scorer that also pays `len(answer) / len(reply)` for a reply containing the
@@ -86,7 +87,7 @@ def puzzle24(answer: str | None, entry: dict[str, Any]) -> bool:
     """Whether the reply uses exactly the item's four numbers: puzzle24's scorer checks only that it uses
     four numbers in range and makes 24, so `6*4*1*1` solved every item."""
     used = re.findall(r"\b\d+\b", answer or "")
-    return sorted(int(n) for n in used) == sorted(entry["metadata"]["numbers"])
+    return sorted(integer(n) for n in used) == sorted(entry["metadata"]["numbers"])  # bounded: no crash
 
 
 OWN_SCORERS: dict[str, Callable[[str | None, dict[str, Any]], float]] = {

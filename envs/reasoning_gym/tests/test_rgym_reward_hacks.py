@@ -235,3 +235,13 @@ async def test_no_constant_earns_more_than_its_base_rate(name: str) -> None:
     sweep = _sweep()
     row = await sweep.reasoning_gym_row(name, 4)
     assert not row.paid(), {c: (row.means[c], row.rates[c]) for c in row.paid()}
+
+
+def test_puzzle24s_number_check_reads_a_number_too_long_to_convert_as_wrong() -> None:
+    """The check that a reply uses the item's own numbers converted each with `int()`, which raises past
+    CPython's 4300 digits; the bounded reader reads such a number as huge, so the check says no."""
+    from envhub_reasoning_gym.guards import puzzle24
+
+    entry = {"metadata": {"numbers": [1, 2, 3, 4]}}
+    assert not puzzle24("1 + 2 + 3 * " + "7" * 5000, entry)
+    assert puzzle24("(1 + 2 + 3) * 4", entry)
