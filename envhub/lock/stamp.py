@@ -9,6 +9,8 @@ process (`envhub.lock.components.lock_hash`; `envhub rollout --locked` refreshes
 
 from __future__ import annotations
 
+import functools
+
 from envhub.core import EnvSpec
 from envhub.ids import InvalidEnvId
 from envhub.lock.components import lock_hash
@@ -20,7 +22,7 @@ def stamp(spec: EnvSpec, registry: Registry | None = None) -> EnvSpec:
     """`spec` with the lock hash of what its id runs on now; unchanged when it has one already (a served
     env's, from its server), names a URL or format id (its files are elsewhere), or is not registered
     in `registry` (the shared one by default)."""
-    if spec.provenance.lock_hash is not None or is_external(spec.id):
+    if spec.provenance.lock_hash is not None or _made_elsewhere(spec.id):
         return spec
     registry = registry or shared_registry
     try:
@@ -31,3 +33,9 @@ def stamp(spec: EnvSpec, registry: Registry | None = None) -> EnvSpec:
     if hashed is None:
         return spec
     return spec.model_copy(update={"provenance": spec.provenance.model_copy(update={"lock_hash": hashed})})
+
+
+@functools.lru_cache(maxsize=1024)
+def _made_elsewhere(env_id: str) -> bool:
+    """`is_external`, remembered: it reads the entry points (tens of ms), and the runner asks per episode."""
+    return is_external(env_id)
