@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import envhub
+from envhub.env_spec import UnknownOptionError
 from envhub.registration import FORMAT_GROUP, PluginImportError, Registry, UnknownEnvError, is_external
 from envhub.rollout.kwargs import check_env_kwargs
 
@@ -82,5 +83,8 @@ def test_an_unknown_prefix_is_not_a_format(toyfmt: Registry) -> None:
         toyfmt.make("nosuchfmt:x")
 
 
-def test_options_of_a_format_id_are_left_to_its_plugin(toyfmt: Registry) -> None:
-    check_env_kwargs("toyfmt:x", {"anything": 1})  # no registration to check against: no error here
+def test_options_of_a_format_id_are_those_its_plugin_declares(toyfmt: Registry) -> None:
+    """The plugin's factory signature declares them: a batch refuses an unknown one before it starts."""
+    check_env_kwargs("toyfmt:x", {"shout": True})
+    with pytest.raises(UnknownOptionError, match=r"toyfmt:x has no option 'anything'; its options: shout"):
+        check_env_kwargs("toyfmt:x", {"anything": 1})
