@@ -6,6 +6,7 @@ Rows:
 - gymnasium (raw): a no-op `gymnasium.Env.step`, the baseline.
 - gymnasium.make: the same env behind gymnasium's default wrappers, what most users actually call.
 - envhub Env (async): a no-op `envhub.Env.step` awaited in a loop: the cost of the contract itself.
+- envhub Env + make()'s wrappers: the same env in `OrderEnforcing(TurnLimit(env))`, as `envhub.make` gives it.
 - envhub MultiTurnEnv: a no-op env written with the authoring base: action parsing, turn bookkeeping and
   the user's sync `respond` sent to a worker thread (the price of never blocking the event loop).
 Then 10,000 concurrent episodes of the no-op envs on one event loop, which must all finish without error.
@@ -27,6 +28,7 @@ from rich.table import Table
 
 import envhub
 from envhub.gym_adapter import UnicodeText
+from envhub.wrappers import apply_wrappers
 
 GOAL = 3.0  # the async contract should cost at most 3x a gymnasium step
 
@@ -63,6 +65,12 @@ class NoopChat(envhub.MultiTurnEnv):
 
     def respond(self, text: str) -> str:
         return "ok"
+
+
+def made(env: envhub.Env) -> envhub.Env:
+    """`env` in the wrappers `envhub.make` puts around every env, with a limit no measurement reaches."""
+    env.max_turns = 1 << 62
+    return apply_wrappers(env)
 
 
 def per_step_sync(step: Callable[[str], object], steps: int) -> float:
@@ -122,6 +130,9 @@ def main() -> None:
         ),
         "envhub Env (async)": best_of(
             args.repeats, lambda: asyncio.run(per_step_async(NoopEnv(), args.steps))
+        ),
+        "envhub Env + make()'s wrappers": best_of(
+            args.repeats, lambda: asyncio.run(per_step_async(made(NoopEnv()), args.steps))
         ),
         "envhub MultiTurnEnv": best_of(
             args.repeats, lambda: asyncio.run(per_step_async(NoopChat(), args.chat_steps))
