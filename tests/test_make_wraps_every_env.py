@@ -118,8 +118,10 @@ async def test_the_gymnasium_adapter_keeps_the_limit(made: Registry) -> None:
 
 
 class Chatter(Policy):
+    """Talks on well past the limit, then says "stop", so a limit that is not kept fails rather than hangs."""
+
     async def act(self, messages: list[Message], tools: list[ToolSpec]) -> Action:
-        return "more"
+        return "more" if len(messages) < 20 else "stop"
 
 
 async def test_a_rollout_of_such_an_env_ends_truncated_at_max_turns() -> None:
