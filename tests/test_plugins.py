@@ -9,11 +9,12 @@ def test_installed_plugin_is_discovered_and_made(run_python: RunPython) -> None:
     result = run_python(
         """
         import asyncio, envhub
+        from envhub.wrappers import unwrap
         env = envhub.make("testplug/echo-v0")
         provenance = env.spec.provenance
         print(env.spec.id, env.spec.namespace, provenance.package, provenance.package_version)
         obs, _ = asyncio.run(env.reset(seed=1))
-        print(type(env).__name__, obs[0].text)
+        print(type(unwrap(env)).__name__, obs[0].text)
         """
     )
     assert result.returncode == 0, result.stderr
@@ -24,7 +25,8 @@ def test_installed_plugin_is_discovered_and_made(run_python: RunPython) -> None:
 
 def test_unversioned_id_means_newest_version(run_python: RunPython) -> None:
     result = run_python(
-        "import envhub; env = envhub.make('testplug/echo'); print(env.spec.id, type(env).__name__)"
+        "import envhub; from envhub.wrappers import unwrap; env = envhub.make('testplug/echo'); "
+        "print(env.spec.id, type(unwrap(env)).__name__)"
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "testplug/echo-v1 LoudEcho"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tomllib
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import gymnasium
 import pytest
@@ -16,6 +17,7 @@ from envhub_miniwob.tasks import env_class
 
 import envhub
 from envhub.ids import parse_env_id
+from envhub.wrappers import unwrap
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
@@ -51,8 +53,9 @@ def test_each_id_makes_its_own_task_with_miniwob_description() -> None:
     assert isinstance(env, MiniWoBEnv)
     assert env.spec is not None and env.spec.id == "miniwob/click-test-v0"
     assert env.spec.provenance.package == "envhub-miniwob"
-    assert type(env).task == "click-test" and type(env) is env_class("click-test")
-    assert "Click on a single button" in (type(env).__doc__ or "")
+    task_class: Any = type(unwrap(env))  # make() wraps the env; the task is the env's own class
+    assert task_class.task == "click-test" and task_class is env_class("click-test")
+    assert "Click on a single button" in (task_class.__doc__ or "")
     assert {t.name for t in env.tools} >= {"click", "click_at", "type", "press", "drag", "done"}
     flight = envhub.make("miniwob/flight.AA")
     assert isinstance(flight, MiniWoBEnv)
