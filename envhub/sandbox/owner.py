@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -440,10 +440,19 @@ def judge_without_lease(
     return Verdict(dead=True, why=why)
 
 
-def sweep_stale_leases(directory: Path | None = None, now: float | None = None) -> None:
+def sweep_stale_leases(
+    directory: Path | None = None,
+    now: float | None = None,
+    *,
+    in_use: Callable[[str], bool] = lambda key: False,
+) -> None:
     """Remove owner leases (of our uid, or any as root) whose owner is gone: one of this namespace whose
     process is dead, or any that stopped beating STALE_LEASE_KEEP_S ago (its sandboxes were orphans from
-    the moment it expired; what is left of them falls to the no-lease rule)."""
+    the moment it expired; what is left of them falls to the no-lease rule).
+
+    A lease `in_use(key)` says a sandbox still names is kept: a scratch area's name carries only its
+    owner's pid and key, so the lease is what proves that owner dead to the next reaper. Removed first,
+    it would leave the area to the day-old rule (another process's sweep raced a reap this way)."""
     directory = directory or _tmp()
     now = time.time() if now is None else now
     for path in directory.glob(f"{LEASE_PREFIX}*{LEASE_SUFFIX}"):
@@ -451,10 +460,11 @@ def sweep_stale_leases(directory: Path | None = None, now: float | None = None) 
             st = os.lstat(path)
             if not stat.S_ISREG(st.st_mode) or (os.geteuid() != 0 and st.st_uid != os.geteuid()):
                 continue
-            found = read_lease(directory, path.name.removeprefix(LEASE_PREFIX).removesuffix(LEASE_SUFFIX))
+            key = path.name.removeprefix(LEASE_PREFIX).removesuffix(LEASE_SUFFIX)
+            found = read_lease(directory, key)
             if found is not None and same_namespace(found.lease.owner):
                 gone = not owner_alive(found.lease.owner.pid, found.lease.owner.started)
             else:
                 gone = now - st.st_mtime > (found.lease.ttl_s if found else 0.0) + STALE_LEASE_KEEP_S
-            if gone:
+            if gone and not in_use(key):
                 os.unlink(path)

@@ -80,7 +80,13 @@ def sweep_stale_scratch() -> None:
             with contextlib.suppress(OSError, SandboxError):  # best effort: the next process tries again
                 remove_scratch(path)
     with contextlib.suppress(OSError):
-        owner.sweep_stale_leases()
+        owner.sweep_stale_leases(in_use=names_owner)
+
+
+def names_owner(key: str) -> bool:
+    """Whether a scratch area in the temp dir still names owner `key` (its lease must stay: see
+    envhub.sandbox.owner.sweep_stale_leases)."""
+    return any(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-{key}-*"))
 
 
 def remove_scratch(scratch: Path) -> None:

@@ -262,3 +262,29 @@ def test_the_heartbeat_writes_back_an_owner_lease_someone_removed() -> None:
         assert time.monotonic() < deadline, "the removed owner lease was never written again"
         time.sleep(0.05)
     assert owner.judge(me.key) == owner.ALIVE
+
+
+def test_a_dead_owners_lease_stays_while_a_scratch_area_names_it(tmp_path: Path) -> None:
+    """Another process's sweep of stale leases must not take a lease a scratch area still needs: the
+    area's name carries only a pid and key, so without the lease its dead owner reads as unknown and the
+    area waits a day (seen when two suites shared a host: one's sweep raced the other's reap)."""
+    from envhub.sandbox import owner
+    from envhub.sandbox.scratch import names_owner
+
+    short = {"ENVHUB_FLEET": json.dumps({"lease_ttl_s": 2, "heartbeat_s": 0.5})}
+    with victim(tmp_path, "local", short) as v:
+        v.kill()
+        lease = Path(tempfile.gettempdir(), owner.lease_name(v.key))
+        long_stale = time.time() + owner.STALE_LEASE_KEEP_S + 600  # past the sweep's keep for any owner
+        owner.sweep_stale_leases(now=long_stale, in_use=names_owner)
+        assert lease.exists() and names_owner(v.key)
+        deadline = time.monotonic() + 120
+        while _exists("local", v.ref) and not [
+            o for o in find_orphans(None, providers=("local",), owners={v.pid}) if o.ref == v.ref
+        ]:  # (another suite's sweep at once may take it first: reaped all the same)
+            assert time.monotonic() < deadline, "the dead owner's area was never taken for an orphan"
+            time.sleep(0.5)
+        reap(v.pid, tmp_path)
+        assert not _exists("local", v.ref) and not names_owner(v.key)
+        owner.sweep_stale_leases(now=long_stale, in_use=names_owner)
+        assert not lease.exists()  # nothing names it any more: the lease goes

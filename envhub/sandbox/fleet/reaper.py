@@ -113,9 +113,11 @@ def reap(orphans: list[Orphan], book: LeaseBook | None = None) -> dict[Orphan, s
         if book is not None and orphan.lease_id is not None:
             book.remove(orphan.lease_id)
         results[orphan] = None
+    from envhub.sandbox.scratch import names_owner
+
     for directory in [None, book.directory] if book is not None else [None]:
         with contextlib.suppress(OSError):  # the owner leases of dead owners: best effort, as above
-            ownership.sweep_stale_leases(directory)
+            ownership.sweep_stale_leases(directory, in_use=names_owner)
     return results
 
 
