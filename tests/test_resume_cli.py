@@ -43,7 +43,8 @@ def rollout(out: Path, site: Path, *extra: str) -> subprocess.Popen[str]:
         "--kwarg", f"hold_from={HELD}", "--kwarg", f"release={release}",
         "--episodes", str(EPISODES), "--concurrency", "4", "--shard-size", "16", "--out", str(out), *extra,
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(site), "COLUMNS": "120"}
+    # PYTHONFAULTHANDLER: a hung rollout, aborted by finish(), prints every thread's stack
+    env = {**os.environ, "PYTHONPATH": str(site), "COLUMNS": "120", "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     _STARTED.append(process)
     return process
@@ -59,13 +60,18 @@ def wait_for_stored(out: Path, process: subprocess.Popen[str], count: int) -> No
 
 
 def finish(process: subprocess.Popen[str]) -> str:
-    """The process's output once it exits; after 120 s (a hang, not a slow host) it is killed and the
-    test fails with what it printed."""
+    """The process's output once it exits; after 120 s (a hang, not a slow host) it is aborted, so that
+    its fault handler prints where each thread waits, and the test fails with what it printed."""
     try:
         return process.communicate(timeout=120)[0]
     except subprocess.TimeoutExpired:
-        process.kill()
-        pytest.fail(f"the rollout did not exit within 120 s of the signal:\n{process.communicate()[0]}")
+        process.send_signal(signal.SIGABRT)
+        try:
+            output = process.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            process.kill()
+            output = process.communicate()[0]
+        pytest.fail(f"the rollout did not exit within 120 s of the signal:\n{output}")
 
 
 @pytest.mark.slow
