@@ -67,6 +67,14 @@ def why_stale(path: Path, now: float | None = None) -> str | None:
     return verdict.why if verdict.dead else None
 
 
+def stale_scratch_areas() -> Iterator[tuple[Path, str]]:
+    """Each scratch area in the temp dir whose owner is dead, with why: what the sweep removes and the
+    fleet's reaper lists."""
+    for path in sorted(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*")):
+        if (why := why_stale(path)) is not None:
+            yield path, why
+
+
 def sweep_stale_scratch() -> None:
     """Remove scratch areas whose owner is dead by the owner rule (envhub.sandbox.owner.judge): it was
     SIGKILLed before it could clean up. Runs once per process, before its first sandbox. An area of a
@@ -75,10 +83,9 @@ def sweep_stale_scratch() -> None:
     if _swept:
         return
     _swept = True
-    for path in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
-        if why_stale(path) is not None:
-            with contextlib.suppress(OSError, SandboxError):  # best effort: the next process tries again
-                remove_scratch(path)
+    for path, _ in stale_scratch_areas():
+        with contextlib.suppress(OSError, SandboxError):  # best effort: the next process tries again
+            remove_scratch(path)
     with contextlib.suppress(OSError):
         owner.sweep_stale_leases(in_use=names_owner)
 

@@ -26,7 +26,6 @@ import contextlib
 import fcntl
 import os
 import signal
-import tempfile
 import time
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
@@ -142,11 +141,10 @@ def _pid(mark: str | None) -> int | None:
 
 
 def _local_orphans(directories: tuple[Path, ...]) -> Iterator[Orphan]:
-    from envhub.sandbox.scratch import SCRATCH_PREFIX, scratch_owner, why_stale
+    from envhub.sandbox.scratch import scratch_owner, stale_scratch_areas
 
-    for path in sorted(Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*")):
-        if (why := why_stale(path)) is not None:
-            yield Orphan("local", "scratch", str(path), _pid(scratch_owner(path)[0]), why)
+    for path, why in stale_scratch_areas():
+        yield Orphan("local", "scratch", str(path), _pid(scratch_owner(path)[0]), why)
     for index, pids in _unowned_slots():
         yield Orphan(
             "local", "slot", str(index), None, f"slot {index} is free, yet {len(pids)} process(es) run in it"
