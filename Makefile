@@ -70,10 +70,12 @@ prerequisites:
 # again as on a shared host, then the vLLM tests in vLLM's own venv. --strict-skips: a skip not on the
 # allow-list in conftest.py fails the run (each skip is listed with its reason at the end).
 test: prerequisites lint
-	$(VENV)/bin/pytest -m "not vllm and not verifiers" --strict-skips
+	$(VENV)/bin/pytest -m "not vllm and not verifiers" --strict-skips --wall-time-file .pytest_cache/wall-time.txt
 	$(MAKE) test-shared-host
 	$(MAKE) test-vllm
 	$(MAKE) test-verifiers
+	@echo "The main suite's wall time per test directory (printed again from its end):"
+	@cat .pytest_cache/wall-time.txt
 
 # The sandbox, rollout and replay suites as on a shared host: two runs at once, then one beside a CPU hog.
 test-shared-host: prerequisites install

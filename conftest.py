@@ -21,6 +21,9 @@ envs/*/tests share that plugin authors do not need (what they do is in `envhub.t
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+pytest_plugins = ["tests.envhub_testkit.wall_time"]
+"""The wall time per test directory, printed at the end of every run (tests/envhub_testkit/wall_time.py)."""
+
 collect_ignore_glob = ["tests/data/*"]
 """Data the tests use, not tests: Harbor task folders hold the tasks' own `tests/test_*.py`, which run
 inside their sandboxes (where their imports resolve), never in this suite."""
