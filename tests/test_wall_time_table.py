@@ -13,11 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_each_directory_gets_its_tests_time_and_failures(tmp_path: Path) -> None:
     (tmp_path / "fast").mkdir()
     (tmp_path / "slow").mkdir()
-    (tmp_path / "fast" / "test_a.py").write_text("def test_one():\n    pass\n\ndef test_two():\n    assert False\n")
+    (tmp_path / "fast" / "test_a.py").write_text(
+        "def test_one():\n    pass\n\ndef test_two():\n    assert False\n"
+    )
     (tmp_path / "slow" / "test_b.py").write_text("import time\n\ndef test_three():\n    time.sleep(0.4)\n")
     table = tmp_path / "out" / "wall.txt"
+    plugin = ["-p", "tests.envhub_testkit.wall_time", "--wall-time-file", str(table)]
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.envhub_testkit.wall_time", "-q", "--wall-time-file", str(table)],
+        [sys.executable, "-m", "pytest", "-q", *plugin],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,

@@ -3,8 +3,8 @@
 `make test` runs the main suite for half an hour; the table says which part of the package costs what, so a
 slow directory is seen the day it slows rather than when CI's 90-minute limit is hit. The time of a test is
 its setup, call and teardown (pytest's own `duration`); a module's fixtures count for the test that first
-needed them. `--wall-time-file PATH` also writes the table to PATH, so `make test` can print it again after its
-other targets (the shared-host, vLLM and verifiers suites) have run.
+needed them. `--wall-time-file PATH` also writes the table to PATH, so `make test` can print it again after
+its other targets (the shared-host, vLLM and verifiers suites) have run.
 
 Loaded by the root conftest.py for every suite in the repository.
 """
@@ -40,7 +40,9 @@ def directory_of(nodeid: str) -> str:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--wall-time-file", default=None, help="also write the wall time per directory to this file")
+    parser.addoption(
+        "--wall-time-file", default=None, help="also write the wall time per test directory to this file"
+    )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -63,9 +65,8 @@ def render(total_s: float) -> list[str]:
     lines = [f"{'directory':<{width}}  {'tests':>5}  {'failed':>6}  {'wall':>9}  {'share':>5}"]
     for name, entry in rows:
         share = entry.seconds / total_s if total_s > 0 else 0.0
-        lines.append(
-            f"{name:<{width}}  {len(entry.tests):>5}  {entry.failed:>6}  {_clock(entry.seconds):>9}  {share:>5.0%}"
-        )
+        tests, clock = len(entry.tests), _clock(entry.seconds)
+        lines.append(f"{name:<{width}}  {tests:>5}  {entry.failed:>6}  {clock:>9}  {share:>5.0%}")
     in_tests = sum(entry.seconds for entry in _TIMES.values())
     lines.append(
         f"{'all':<{width}}  {sum(len(e.tests) for e in _TIMES.values()):>5}  "
