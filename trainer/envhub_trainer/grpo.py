@@ -40,7 +40,7 @@ from envhub.rollout.runner import POLICY_SECONDS
 from envhub_trainer import distributed, launch, memory, shares
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.engine import RolloutEngine, weights_checksum
-from envhub_trainer.engines import make_engine
+from envhub_trainer.engine_factory import make_engine
 from envhub_trainer.forward import micro_batch_logprobs, pack
 from envhub_trainer.grad_accumulation import fused_accumulation
 from envhub_trainer.loss import (
