@@ -1,330 +1,326 @@
-"""The host's end of a local sandbox's exec server: one round trip per command instead of one bubblewrap.
+"""The exec server's in-sandbox side: pid 1 of a local sandbox, it runs one command at a time for the host.
 
-Setting up a sandbox's namespaces costs tens of milliseconds, a fork less than one. So a local sandbox
-starts one long-lived process inside its namespaces, the exec server (`_exec_server.py`, run by the
-sandbox's own `python3` as the pid namespace's init), and each `exec` becomes a request to it: the host
-makes the command's pipes, sends their far ends over a unix socket, and the server spawns the command
-with them, waits for it (killing it at its deadline), kills whatever it left running, reaps everything
-and answers with the exit status. The host reads the output from its own ends of the pipes, with the
-same cap and the same drain-and-drop as a command started by bubblewrap; the server never sees a byte
-of it, so nothing the command prints can reach the protocol.
+Read from its stdin by `python3 -I -S -c <bootstrap>`; it imports only C modules of the standard library
+(`_ctypes`, not the `ctypes` package over it: 2 ms less), since its start-up is on the path of a
+sandbox's first command. The host talks to it over
+one end of a unix socket pair (fd in argv[1]): a request is a length-prefixed `marshal` of plain values,
+sent with the command's stdout, stderr (and stdin) pipe ends as SCM_RIGHTS; a reply is a length-prefixed
+JSON object. The output never passes through here: the host reads its own ends of those pipes.
 
-The server serves one command at a time; `LocalSandbox` gives a concurrent command a bubblewrap of its
-own, as before. Whenever the server cannot answer (it died, wedged, or sent nonsense) the host kills
-it and the next command starts a fresh one: the command in flight gets an honest result (timed out,
-killed for memory) or a SandboxError, never a made-up one.
+Why the code it runs cannot turn it against the host or against another command:
+- It is the pid namespace's init and handles no signal (glibc's two internal ones are set to ignored):
+  the kernel drops every signal sent to an init from inside its namespace unless the init handles it,
+  SIGKILL and SIGSTOP included.
+- It makes itself non-dumpable, so nothing in the sandbox may ptrace it, read or write /proc/1/mem or open
+  its descriptors through /proc/1/fd (the sandbox holds no capability).
+- Commands get their three stdio pipes and nothing else: every other descriptor is close-on-exec.
+- After each command it SIGKILLs every other process of the namespace (kill(-1) spares only the caller)
+  and reaps them all, so nothing one command started is alive when the next one starts.
+- Its own CPU time is capped by the same RLIMIT_CPU as each command (inherited from the launcher); it
+  retires, and the host starts a fresh one, long before reaching it.
 """
 
 from __future__ import annotations
 
-import array
-import asyncio
-import functools
-import importlib.util
-import json
+import _ctypes
+import _signal  # type: ignore[import-not-found, unused-ignore]
+import _socket
+import _thread
 import marshal
 import os
-import socket
+import resource
+import select
 import struct
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+import sys
+import time
 
-from envhub.sandbox.results import SandboxError
+TYPE_CHECKING = False  # typing itself is a slow import; mypy reads this name as typing's
+if TYPE_CHECKING:
+    from typing import Any
 
-SOURCE = (Path(__file__).parent / "_exec_server.py").read_bytes()
-BOOTSTRAP = [
-    "python3",
-    "-I",
-    "-S",
-    "-c",
-    "import sys, marshal; source, _, code = sys.stdin.buffer.read().partition(b'\\0'); "
-    "exec(marshal.loads(code[4:]) if code[:4] == sys.modules['_frozen_importlib_external'].MAGIC_NUMBER "
-    "else source)",
-]
-"""How the server starts: the sandbox's own python3 reads the server from its stdin (no bind mount, and
-no process listing in the sandbox shows it): its source, a NUL, then the code compiled here, marked
-with this interpreter's bytecode magic. A python3 of the same bytecode runs that code, as it would a
-.pyc, and skips compiling the source (3-4 ms of CPU at each start); any other compiles the source."""
-START_TIMEOUT_S = 30.0
-KILL_GRACE_S = 5.0
-"""What the server allows SIGKILLed processes to die in; the host waits that long again, plus a second."""
 HEADER = struct.Struct("!I")
-MAX_REPLY = 1 << 16
+RECORD = struct.Struct("ii")
+FD = struct.Struct("i")
+PR_SET_DUMPABLE, PR_GET_DUMPABLE = 4, 3
+RT_SIGACTION = {"x86_64": 13, "aarch64": 134}
+"""rt_sigaction's number per architecture: glibc will not let a program touch its two internal signals."""
+GLIBC_INTERNAL_SIGNALS = (32, 33)
+KILL_GRACE_S = 5.0
+"""How long SIGKILLed processes may take to die before the server gives up (the host then kills it)."""
+MAX_REQUEST = 64 << 20
+DEFAULT_SIGNALS = [s for s in _signal.valid_signals() if s not in (_signal.SIGKILL, _signal.SIGSTOP)]
+NOT_THERE = (FileNotFoundError, NotADirectoryError)
 
 
-class ServerStartError(SandboxError):
-    """The exec server did not start in this sandbox (no python3 in it, say); commands run as before."""
+def send(sock: _socket.socket, reply: dict[str, object]) -> None:
+    """A reply as JSON; its values are ints, bools and plain strings (`repr` of a str without
+    quotes, backslashes or non-ASCII is valid JSON)."""
+    parts = []
+    for key, value in reply.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int):
+            text = str(value)
+        else:
+            text = '"' + "".join(c if _plain(c) else "?" for c in str(value)) + '"'
+        parts.append(f'"{key}": {text}')
+    data = ("{" + ", ".join(parts) + "}").encode()
+    sock.sendall(HEADER.pack(len(data)) + data)
 
 
-class Capture:
-    """One output stream of a command: the first `cap` bytes, kept even if reading is cut short."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.kept = bytearray()
-        self.cut = False
-
-    def add(self, chunk: bytes) -> None:
-        """Keep what fits under the cap; the rest is dropped, and the capture says it was cut."""
-        room = self.cap - len(self.kept)
-        if room > 0:
-            self.kept += chunk[:room]
-        if len(chunk) > room:
-            self.cut = True
-
-    async def read(self, stream: asyncio.StreamReader) -> None:
-        """Read to EOF, draining past the cap so the writer never blocks."""
-        while chunk := await stream.read(65536):
-            self.add(chunk)
-
-    @property
-    def data(self) -> bytes:
-        return bytes(self.kept)
+def _plain(c: str) -> bool:
+    return c.isascii() and c.isprintable() and c not in "\"'\\"
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What the server said about one command, with its output as the host read it."""
+def receive(sock: _socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """One request and the descriptors sent with it; (None, []) when the host has gone."""
+    room = _socket.CMSG_SPACE(3 * FD.size)
+    data, ancillary, flags, _ = sock.recvmsg(1 << 16, room, _socket.MSG_CMSG_CLOEXEC)
+    fds: list[int] = []
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            usable = len(payload) - len(payload) % FD.size
+            fds += [FD.unpack_from(payload, i)[0] for i in range(0, usable, FD.size)]
+    if flags & _socket.MSG_CTRUNC:
+        raise ValueError("a request came with more descriptors than a command takes")
+    if not data:
+        return None, fds
+    while len(data) < HEADER.size:
+        more = sock.recv(HEADER.size - len(data))
+        if not more:
+            return None, fds
+        data += more
+    (size,) = HEADER.unpack_from(data)
+    if size > MAX_REQUEST:
+        raise ValueError(f"a request of {size} bytes is past the {MAX_REQUEST} byte limit")
+    body = bytearray(data[HEADER.size :])
+    while len(body) < size:
+        more = sock.recv(min(1 << 20, size - len(body)))
+        if not more:
+            return None, fds
+        body += more
+    return marshal.loads(bytes(body)), fds
 
-    exit_code: int
-    timed_out: bool
-    stdout: bytes
-    stderr: bytes
-    truncated: bool
-    lost: bool = False
-    """The server died while the command ran (killed for memory, most likely): the command died with it."""
+
+def exit_code(status: int) -> int:
+    """The shell's convention, as bubblewrap reports it: 128+N for a death by signal N."""
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
 
 
-class ExecServer:
-    """A running exec server. `run` calls must not overlap (the caller serialises them)."""
+class Reaper:
+    """Waits for children in a blocking waitpid on a thread of its own, as bwrap's init does: orphans
+    land on pid 1 and are reaped at once, and there is no SIGCHLD handler for the sandbox to wake. Each
+    reaped child becomes one (pid, status) record on a pipe; (0, 0) means none is left, and then the
+    thread waits until `start` is called for the next command."""
 
-    def __init__(
-        self, proc: asyncio.subprocess.Process, sock: socket.socket, kill: Callable[[], Awaitable[None]]
-    ) -> None:
-        self._proc = proc
-        self._sock = sock
-        self._kill = kill
-        self._dead = False
-        sock.setblocking(False)
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC)
+        self.go = _thread.allocate_lock()
+        self.go.acquire()
+        _thread.start_new_thread(self.run, ())
 
-    @property
-    def alive(self) -> bool:
-        return not self._dead and self._proc.returncode is None
+    def start(self) -> None:
+        self.go.release()
 
-    async def start(self, *, source: int, errors: int) -> None:
-        """Send the server its source (on `source`, its stdin) and wait for its first word.
-
-        ServerStartError if it never comes, with what the server wrote on `errors` (its stderr).
-        Both pipe ends are ours: closed here.
-        """
-        said = Capture(MAX_REPLY)
-        feeding = [source]
-        for fd in (source, errors):
-            os.set_blocking(fd, False)
-        tasks = [asyncio.create_task(_feed(feeding, payload())), asyncio.create_task(_drain(errors, said))]
-        reply: dict[str, Any] | None = None
-        try:
-            try:
-                reply = await asyncio.wait_for(self._receive(), START_TIMEOUT_S)
-            except (TimeoutError, OSError, ValueError) as exc:
-                reply = {"error": str(exc) or type(exc).__name__}
-            if not _says_ready(reply):
-                await self.stop()  # its stderr reaches EOF once it is gone: then all it said is read
-                await asyncio.wait(tasks[1:], timeout=1.0)
-        except BaseException:
-            await asyncio.shield(self.stop())
-            raise
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for fd in [*feeding, errors]:
-                os.close(fd)
-        if not _says_ready(reply):
-            detail = said.data.decode(errors="replace").strip()
-            raise ServerStartError(
-                f"the exec server did not start in the sandbox: {detail or reply or 'it exited at once'}"
-            )
-
-    async def run(
-        self,
-        argv: list[str],
-        *,
-        env: Mapping[str, str],
-        cwd: str,
-        timeout: float,  # noqa: ASYNC109 - the command's own limit, enforced by the server
-        stdin: bytes | None,
-        cap: int,
-    ) -> Outcome:
-        """Run one command to completion (or its deadline). SandboxError if the server refused it."""
-        request = marshal.dumps(
-            {"argv": list(argv), "env": dict(env), "cwd": cwd, "timeout": max(0.0, timeout)}
-        )
-        out, err = Capture(cap), Capture(cap)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        ours, theirs, feeding = [out_r, err_r], [out_w, err_w], []
-        if stdin is not None:
-            in_r, in_w = os.pipe()
-            feeding.append(in_w)  # the feeder closes it when done: that is the command's EOF
-            theirs.append(in_r)
-        tasks: list[asyncio.Task[None]] = []
-        garbled: Exception | None = None
-        try:
-            for fd in ours + feeding:
-                os.set_blocking(fd, False)
-            tasks = [asyncio.create_task(_drain(out_r, out)), asyncio.create_task(_drain(err_r, err))]
-            if stdin is not None:
-                # Fed alongside the wait: a command that never reads its stdin must not stall the host.
-                tasks.append(asyncio.create_task(_feed(feeding, stdin)))
-            try:
-                await self._send(request, theirs)
-            finally:
-                for fd in theirs:
-                    os.close(fd)  # the command's copies are the only ones: its pipes end with it
-                theirs = []
-            try:
-                reply = await asyncio.wait_for(self._receive(), timeout + 2 * KILL_GRACE_S + 1)
-            except TimeoutError:
-                reply = {"wedged": True}  # the server itself stopped answering
-            except (OSError, ValueError) as exc:
-                reply, garbled = {"error": f"{type(exc).__name__}: {exc}"}, exc
-            if reply is None or "wedged" in reply or garbled is not None:
-                await self.stop()  # with the server goes its pid namespace: the pipes reach EOF
-            _, unread = await asyncio.wait(tasks[:2], timeout=KILL_GRACE_S)
-        except BaseException:
-            await asyncio.shield(self.stop())  # cancelled mid-command: the protocol is out of step
-            raise
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for fd in ours + theirs + feeding:
-                os.close(fd)
-        truncated = out.cut or err.cut or bool(unread)
-        if reply is None:
-            return Outcome(-1, False, out.data, err.data, truncated, lost=True)
-        if "wedged" in reply:
-            return Outcome(-1, True, out.data, err.data, truncated)
-        if "error" in reply or not isinstance(reply.get("exit_code"), int):
-            await self.stop()
-            what = reply.get("error", reply)
-            raise SandboxError(f"the sandbox's exec server could not run the command: {what}")
-        if reply.get("retire"):
-            await self.stop()  # it has used half its CPU budget and exits; the next command starts another
-        return Outcome(reply["exit_code"], reply.get("timed_out") is True, out.data, err.data, truncated)
-
-    async def stop(self) -> None:
-        """Kill the server and its pid namespace; safe to call twice."""
-        if self._dead:
-            return
-        self.hang_up()
-        await self._kill()
-
-    def hang_up(self) -> None:
-        """Close our end without waiting: the server kills what it runs and exits when it sees it."""
-        self._dead = True
-        self._sock.close()
-
-    async def _send(self, data: bytes, fds: list[int]) -> None:
-        """The request with the command's pipe ends attached to its first bytes (SCM_RIGHTS)."""
-        loop = asyncio.get_running_loop()
-        payload = HEADER.pack(len(data)) + data
-        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+    def run(self) -> None:
         while True:
-            try:
-                sent = self._sock.sendmsg([payload], rights)
-                break
-            except BlockingIOError:
-                await _ready(loop.add_writer, loop.remove_writer, self._sock.fileno())
-        if sent < len(payload):
-            await loop.sock_sendall(self._sock, payload[sent:])
+            self.go.acquire()
+            while True:
+                try:
+                    pid, status = os.waitpid(-1, 0)
+                except ChildProcessError:
+                    os.write(self.write_fd, RECORD.pack(0, 0))
+                    break
+                os.write(self.write_fd, RECORD.pack(pid, status))
 
-    async def _receive(self) -> dict[str, Any] | None:
-        """One reply; None at EOF (the server is gone). ValueError for anything but a small JSON object."""
-        header = await self._read_exactly(HEADER.size)
-        if header is None:
-            return None
-        (size,) = HEADER.unpack(header)
-        if size > MAX_REPLY:
-            raise ValueError(f"a {size}-byte reply from the exec server")
-        body = await self._read_exactly(size)
-        if body is None:
-            return None
-        reply = json.loads(body)
-        if not isinstance(reply, dict):
-            raise ValueError("a reply from the exec server that is not a JSON object")
+
+class Server:
+    def __init__(self, sock: _socket.socket, cpu_budget: float) -> None:
+        self.sock = sock
+        self.cpu_budget = cpu_budget
+        self.devnull = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        self.reaper = Reaper()
+        self.statuses: dict[int, int] = {}
+        self.empty = True
+
+    def collect(self, timeout: float) -> bool:
+        """Take the reaper's records for up to `timeout`; False when the host closed its end."""
+        ready, _, _ = select.select([self.reaper.read_fd, self.sock.fileno()], [], [], max(0.0, timeout))
+        if self.sock.fileno() in ready:
+            return False  # the host sends nothing while a command runs: this is its end closing
+        if ready:
+            data = os.read(self.reaper.read_fd, RECORD.size * 256)  # records are written whole
+            for i in range(0, len(data), RECORD.size):
+                pid, status = RECORD.unpack_from(data, i)
+                if pid == 0:
+                    self.empty = True
+                else:
+                    self.statuses[pid] = status
+        return True
+
+    def run(self, req: dict[str, Any], fds: list[int]) -> dict[str, object]:
+        stdout, stderr = fds[0], fds[1]
+        stdin = fds[2] if len(fds) > 2 else self.devnull
+        deadline = time.monotonic() + req["timeout"]
+        try:
+            main = spawn(req, stdin, stdout, stderr)
+        finally:
+            for fd in fds:
+                os.close(fd)  # the command holds the only copies left: its pipes end with it
+        if main is None:
+            return {"exit_code": 1, "timed_out": False}
+        self.statuses, self.empty = {}, False
+        self.reaper.start()
+        timed_out = False
+        while main not in self.statuses:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            if not self.collect(left):
+                self.kill_all()
+                sys.exit(0)
+        if not self.kill_all():
+            return {"error": f"processes of the command outlived SIGKILL by {KILL_GRACE_S:g} s"}
+        reply: dict[str, object] = {"exit_code": -1, "timed_out": True}
+        if not timed_out:
+            reply = {"exit_code": exit_code(self.statuses[main]), "timed_out": False}
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        if usage.ru_utime + usage.ru_stime > self.cpu_budget:
+            reply["retire"] = True
         return reply
 
-    async def _read_exactly(self, n: int) -> bytes | None:
-        loop = asyncio.get_running_loop()
-        data = b""
-        while len(data) < n:
-            chunk = await loop.sock_recv(self._sock, n - len(data))
-            if not chunk:
-                return None
-            data += chunk
-        return data
+    def kill_all(self) -> bool:
+        """SIGKILL every process but this one until the reaper says none is left (its last record, so
+        nothing stale reaches the next command); False if some outlive the grace."""
+        end = time.monotonic() + KILL_GRACE_S
+        while not self.empty:
+            try:  # noqa: SIM105 - contextlib would be one more import on the server's start-up path
+                os.kill(-1, _signal.SIGKILL)
+            except ProcessLookupError:  # none alive; the reaper's last records are on their way
+                pass
+            left = end - time.monotonic()
+            if left <= 0 or not self.collect(min(left, 0.05)):
+                return False
+        return True
 
-
-async def _ready(add: Callable[..., Any], remove: Callable[[int], Any], fd: int) -> None:
-    """Wait until `fd` is readable or writable (as `add` is the loop's add_reader or add_writer)."""
-    waiter = asyncio.get_running_loop().create_future()
-    add(fd, resolve, waiter)
-    try:
-        await waiter
-    finally:
-        remove(fd)
-
-
-@functools.cache
-def payload() -> bytes:
-    """What the server is started with on its stdin (see BOOTSTRAP); made once per process."""
-    code = compile(SOURCE, "<envhub exec server>", "exec", dont_inherit=True)
-    return SOURCE + b"\0" + importlib.util.MAGIC_NUMBER + marshal.dumps(code)
-
-
-def _says_ready(reply: dict[str, Any] | None) -> bool:
-    return reply is not None and reply.get("ready") is True
-
-
-def resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-async def _drain(fd: int, capture: Capture) -> None:
-    """Read a non-blocking pipe to EOF into `capture` (the caller closes the fd)."""
-    loop = asyncio.get_running_loop()
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            await _ready(loop.add_reader, loop.remove_reader, fd)
-            continue
-        if not chunk:
-            return
-        capture.add(chunk)
-
-
-async def _feed(holder: list[int], data: bytes) -> None:
-    """Write a command's stdin to the non-blocking pipe in `holder`, then close it (the command's EOF).
-
-    The fd is taken out of `holder` as it is closed, so the caller closes it only if this never ran.
-    """
-    loop = asyncio.get_running_loop()
-    fd = holder[0]
-    view = memoryview(data)
-    try:
-        while view:
+    def serve(self) -> None:
+        send(self.sock, {"ready": True})
+        while True:
+            req, fds = receive(self.sock)
+            if req is None:
+                return
+            if len(fds) < 2:
+                for fd in fds:
+                    os.close(fd)
+                send(self.sock, {"error": "a request came without its output pipes"})
+                continue
             try:
-                view = view[os.write(fd, view[:65536]) :]
-            except BlockingIOError:
-                await _ready(loop.add_writer, loop.remove_writer, fd)
-    except (BrokenPipeError, ConnectionResetError):
-        return
-    finally:
-        holder.clear()
-        os.close(fd)
+                reply = self.run(req, fds)
+            except OSError as exc:  # the spawn itself refused (EAGAIN at the pids limit), and the like
+                reply = {"error": f"{exc.strerror or exc} ({type(exc).__name__})"}
+            send(self.sock, reply)
+            if reply.get("retire"):
+                return
+
+
+def spawn(req: dict[str, Any], stdin: int, stdout: int, stderr: int) -> int | None:
+    """Start the command as bubblewrap did (own session, default signals, cwd, env, execvp's PATH
+    search); None after writing bubblewrap's own words for a cwd or exec failure to its stderr."""
+    argv, cwd, env = req["argv"], req["cwd"], req["env"]
+    try:
+        os.chdir(cwd)  # the server's own cwd is of no use to it; the command inherits it
+    except OSError as exc:
+        os.write(stderr, f"bwrap: Can't chdir to {cwd}: {os.strerror(exc.errno or 0)}\n".encode())
+        return None
+    env["PWD"] = cwd  # as bwrap's --chdir sets it
+    stdio = [(os.POSIX_SPAWN_DUP2, fd, n) for n, fd in enumerate((stdin, stdout, stderr))]
+    error: OSError | None = None
+    for path in candidates(argv[0], env.get("PATH")):
+        try:
+            return start(path, argv, env, stdio)
+        except OSError as exc:
+            if exc.errno == 8:  # ENOEXEC: execvp hands a file without a #! line to the shell
+                return start("/bin/sh", ["/bin/sh", path, *argv[1:]], env, stdio)
+            if not isinstance(exc, (PermissionError, *NOT_THERE)):
+                error = exc
+                break
+            if not isinstance(error, PermissionError):
+                error = exc  # execvp reports EACCES if any candidate gave it, else the last error
+    errno = error.errno if error is not None and error.errno else 2
+    os.write(stderr, f"bwrap: execvp {argv[0]}: {os.strerror(errno)}\n".encode())
+    return None
+
+
+def start(path: str, argv: list[str], env: dict[str, str], stdio: list[tuple[int, int, int]]) -> int:
+    """posix_spawn (a vfork: a fork of this process costs several times more) in a new session, with
+    every signal at its default and none blocked, and the three stdio pipes as its only descriptors."""
+    return os.posix_spawn(
+        path, argv, env, setsid=True, setsigdef=DEFAULT_SIGNALS, setsigmask=(), file_actions=stdio
+    )
+
+
+def candidates(name: str, path: str | None) -> list[str]:
+    """Where execvp would try `name`, less the places that plainly hold no such file."""
+    if "/" in name:
+        return [name]
+    found = []
+    for folder in (path if path is not None else "/bin:/usr/bin").split(":"):
+        full = os.path.join(folder or ".", name)
+        try:
+            os.stat(full)
+        except NOT_THERE:
+            continue
+        except OSError:
+            pass  # let the spawn say what is wrong with it
+        found.append(full)
+    return found
+
+
+class Libc:
+    """C calls through `_ctypes` alone: int, bytes (as a pointer) and None arguments, an int back.
+    errno is not kept (the `ctypes` package would be needed for it): failures say which call failed."""
+
+    def __init__(self) -> None:
+        self.handle = _ctypes.dlopen(None)  # type: ignore[arg-type]  # None: the program itself
+
+    def __call__(self, name: str, *args: int | bytes | None) -> int:
+        result: int = _ctypes.call_function(_ctypes.dlsym(self.handle, name), args)
+        return result
+
+
+def ignore_internal_signals(libc: Libc) -> None:
+    """Ignore glibc's SIGCANCEL and SIGSETXID, the only signals with handlers here: an init with a
+    handler gets the signal from inside its namespace, so the sandbox could wake the server (and spend
+    its CPU time) at will. Nothing here cancels threads or changes ids, which is what they serve."""
+    number = RT_SIGACTION.get(os.uname().machine)
+    if number is None:
+        sys.exit(f"no rt_sigaction number known for {os.uname().machine}")
+    ignore = struct.pack("@4L", 1, 0, 0, 0)  # handler SIG_IGN; no flags, restorer or mask
+    for sig in GLIBC_INTERNAL_SIGNALS:
+        if libc("syscall", number, sig, ignore, None, 8) != 0:
+            sys.exit(f"could not ignore signal {sig}: rt_sigaction failed")
+
+
+def main() -> None:
+    libc = Libc()
+    if libc("prctl", PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or libc("prctl", PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+        sys.exit("could not make the exec server non-dumpable")
+    if os.getpid() != 1:
+        sys.exit("the exec server must be the sandbox's pid 1 (bwrap --as-pid-1)")
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)  # an init with a handler could be signalled from inside
+    sock = _socket.socket(fileno=int(sys.argv[1]))
+    sock.setblocking(True)
+    os.set_inheritable(sock.fileno(), False)
+    for fd in (0, 1, 2):
+        os.set_inheritable(fd, False)
+    cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[0]
+    budget = cpu_limit / 2 if cpu_limit != resource.RLIM_INFINITY else float("inf")
+    server = Server(sock, budget)
+    ignore_internal_signals(libc)  # after the reaper thread started: glibc installs them with threads
+    server.serve()
+
+
+main()

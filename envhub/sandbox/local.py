@@ -1,15 +1,15 @@
 """The `local` backend: bubblewrap namespaces + cgroup v1 limits + a non-root uid, no daemon on the host.
 
-A sandbox's commands run through its exec server (`exec_server.py`): one bubblewrap per sandbox, started
-with the first command (or ahead of time by a pool), whose pid 1 spawns each command and kills all it
-left behind when it ends. A command that arrives while another runs, or a sandbox whose server cannot
-start, gets one `bwrap` invocation into fresh namespaces of its own, as every command once did. What
-persists between commands is the writable scratch area (a size-capped tmpfs on the host, bound at the
-workdir, /tmp and /dev/shm). Every bubblewrap is started through a short `sh` launcher that, already
-running as the slot's uid (util-linux's `setpriv` drops to it first, as root), joins the slot's cgroups
-and lowers rlimits before it execs bwrap: so the limits hold from the first instruction of the sandbox,
-without a `preexec_fn` (unsafe next to the event loop's threads), and subprocess can start it with a
-vfork rather than a fork of the whole host process.
+A sandbox's commands run through its exec server (`exec_server.py`, driven from the host by
+`exec_client.py`): one bubblewrap per sandbox, started with the first command (or ahead of time by a
+pool), whose pid 1 spawns each command and kills all it left behind when it ends. A command that arrives
+while another runs, or a sandbox whose server cannot start, gets one `bwrap` invocation into fresh
+namespaces of its own, as every command once did. What persists between commands is the writable scratch
+area (a size-capped tmpfs on the host, bound at the workdir, /tmp and /dev/shm). Every bubblewrap is
+started through a short `sh` launcher that, already running as the slot's uid (util-linux's `setpriv`
+drops to it first, as root), joins the slot's cgroups and lowers rlimits before it execs bwrap: so the
+limits hold from the first instruction of the sandbox, without a `preexec_fn` (unsafe next to the event
+loop's threads), and subprocess can start it with a vfork rather than a fork of the whole host process.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from envhub.sandbox.bwrap import (
     read_status,
     read_status_so_far,
 )
-from envhub.sandbox.exec_server import BOOTSTRAP, Capture, ExecServer, Outcome, ServerStartError, resolve
+from envhub.sandbox.exec_client import BOOTSTRAP, Capture, ExecServer, Outcome, ServerStartError, resolve
 from envhub.sandbox.libc import become_subreaper, reap, umount
 from envhub.sandbox.local_fork import copy_areas
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport, MiB

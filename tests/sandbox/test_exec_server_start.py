@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import envhub.sandbox as sandbox
-from envhub.sandbox import exec_server
+from envhub.sandbox import exec_client
 
 
 @pytest.mark.parametrize("magic", ["same", "other"])
@@ -14,8 +14,8 @@ async def test_the_server_starts_from_code_or_from_source(
     magic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if magic == "other":  # a python3 of other bytecode: marked code it must not load, so it compiles
-        stale = exec_server.SOURCE + b"\0" + b"\xff\xff\r\n" + b"not marshal data"
-        monkeypatch.setattr(exec_server, "payload", lambda: stale)
+        stale = exec_client.SOURCE + b"\0" + b"\xff\xff\r\n" + b"not marshal data"
+        monkeypatch.setattr(exec_client, "payload", lambda: stale)
     async with sandbox.open("local", spare=False) as sb:
         r = await sb.exec("echo served; ps -o pid=,comm= -p 1")
         assert r.stdout.split() == ["served", "1", "python3"], r
