@@ -171,7 +171,7 @@ LAYERS: tuple[Layer, ...] = (
     ),
     Layer(
         _FORMATS,
-        ("envhub.formats",),
+        ("envhub.formats", "envhub.integrations", "envhub.integrations.harbor"),
         (_CONTRACT, _PLUMBING, _AUTHORING, _SANDBOXES, _GRADERS),
         "Envs written in other projects' formats (OpenEnv, verifiers, Harbor), built like any env on the "
         "authoring bases; the registry finds them by entry point, so they never import the registry.",

@@ -25,17 +25,17 @@ from envhub.authoring.chat import Reaction
 from envhub.authoring.rewards import reward
 from envhub.authoring.tool_env import ToolEnv
 from envhub.core import Action, EpisodeStateError
-from envhub.formats.harbor.runtime import (
+from envhub.integrations.harbor.runtime import (
     COMMAND_LIMIT_S,
-    RUNTIMES,
     Runtime,
     Workspace,
     open_workspace,
     plan_local,
 )
-from envhub.formats.harbor.task import HarborTask, resolve_env
+from envhub.integrations.harbor.task import HarborTask, resolve_env
 from envhub.messages import Message, ToolCall
 from envhub.sandbox import ExecResult
+from envhub.sandbox.workspace import checked_kind
 from envhub.tools import tool
 
 MAX_OUTPUT = 16_000
@@ -57,10 +57,8 @@ class HarborEnv(ToolEnv):
         self, path: str | Path, *, runtime: Runtime = "docker", max_turns: int | None = None
     ) -> None:
         super().__init__(max_turns=max_turns)
-        if runtime not in RUNTIMES:
-            raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
         self.task = HarborTask(path)
-        self.runtime: Runtime = runtime
+        self.runtime: Runtime = checked_kind(runtime)
         self._local = plan_local(self.task) if runtime == "local" else None
         """The local runtime's plan, made here so a task it cannot honour is refused by make()."""
         self.rewards: dict[str, float] | None = None

@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envhub.formats.harbor.task import HarborTaskError
+from envhub.integrations.harbor.task import HarborTaskError
 
 
 class LocalRefused(HarborTaskError):

@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from envhub.formats.harbor.env import HarborEnv
-    from envhub.formats.harbor.runtime import Runtime
+    from envhub.integrations.harbor.env import HarborEnv
+    from envhub.integrations.harbor.runtime import Runtime
 
 
 def make_env(target: str, *, max_turns: int | None = None, runtime: Runtime = "docker") -> HarborEnv:
     """The env of the task folder `target` (a path, relative to the working directory or absolute).
 
     Its options are named here, not passed on as `**kwargs`, so that `make` refuses any other by name."""
-    from envhub.formats.harbor.env import HarborEnv
+    from envhub.integrations.harbor.env import HarborEnv
 
     return HarborEnv(target, max_turns=max_turns, runtime=runtime)

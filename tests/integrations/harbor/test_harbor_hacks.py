@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.formats.harbor_kit import make, no_leaks, play_commands
+from tests.integrations.harbor.harbor_kit import make, no_leaks, play_commands
 
 pytestmark = pytest.mark.usefixtures(no_leaks.__name__)
 

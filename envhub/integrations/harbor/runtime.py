@@ -1,8 +1,10 @@
 """Where a Harbor task runs: a container built from its Dockerfile, or a bubblewrap sandbox on this machine.
 
-Both give the env one `Workspace`: an open sandbox plus the paths Harbor's scripts use inside it
-(`/tests`, `/logs/verifier`, `/solution`, the working directory), and the two moves grading needs:
-`stage_tests` (after the agent is done) and `read_reward`.
+Both give the env one `Workspace` (`envhub.sandbox.workspace`'s, shared with SWE): an open sandbox plus
+the paths Harbor's scripts use inside it (`/tests`, `/logs/verifier`, `/solution`, the working
+directory), and the two moves grading needs: `stage_tests` (after the agent is done) and `read_reward`.
+What is Harbor's own is here: task.toml's limits as a policy, the image built from its Dockerfile, the
+Dockerfile's local plan, and the stage of /tests, /logs and /solution.
 
 docker: the image is built from environment/ by the local engine with no registry assumed (the FROM
 images must already be loaded; a missing one is named), tagged by a hash of the build context so it is
@@ -27,18 +29,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import envhub.sandbox
-from envhub.formats.harbor.dockerfile import LocalPlan, LocalRefused, base_images, local_plan, parse
-from envhub.formats.harbor.task import HarborTask, HarborTaskError, resolve_env
-from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
+from envhub.integrations.harbor.dockerfile import LocalPlan, LocalRefused, base_images, local_plan, parse
+from envhub.integrations.harbor.task import HarborTask, HarborTaskError, resolve_env
+from envhub.sandbox import IsolationPolicy, SandboxUnavailable
+from envhub.sandbox import workspace as shared
 from envhub.sandbox.bwrap import DEFAULT_PATH
+from envhub.sandbox.workspace import WORKSPACE_KINDS, WorkspaceKind, copy_in, open_sandbox, require_image
 
-Runtime = Literal["docker", "local"]
-RUNTIMES: tuple[str, ...] = ("docker", "local")
+Runtime = WorkspaceKind
+RUNTIMES: tuple[str, ...] = WORKSPACE_KINDS
 
 COMMAND_LIMIT_S = 600.0
 """The longest one agent command may run (the agent's own [agent].timeout_sec still bounds the total)."""
@@ -49,12 +52,9 @@ PIP_SITE = "/opt/envhub-harbor/site"
 
 
 @dataclass
-class Workspace:
+class Workspace(shared.Workspace):
     """An open sandbox for one episode and the Harbor paths inside it."""
 
-    sandbox: Sandbox
-    runtime: Runtime
-    workdir: str
     tests: str = "/tests"
     logs: str = "/logs"
     """The tree the tests write below; emptied whole before they run (local: the real place /logs's links
@@ -63,9 +63,11 @@ class Workspace:
     """Where the tests write; what the host reads the reward from (local: the real place the link names)."""
     solution: str = "/solution"
     """Where the oracle unpacks solution/ (local: the real place /solution's links name)."""
-    stage: Path | None = None
-    """local: the host folder whose tests/, logs/ and solution/ are bound into the sandbox."""
-    notes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def stage(self) -> Path | None:
+        """local: the host folder whose tests/, logs/ and solution/ are bound into the sandbox."""
+        return self.host_dir
 
     async def stage_tests(self, task: HarborTask) -> None:
         """Put a fresh copy of tests/ at /tests and an empty verifier folder, whatever the agent left there.
@@ -103,13 +105,6 @@ class Workspace:
         except OSError as exc:
             raise ValueError(f"{name} could not be read: {exc}") from None
 
-    async def close(self) -> None:
-        try:
-            await self.sandbox.close()
-        finally:
-            if self.stage is not None:
-                await asyncio.to_thread(shutil.rmtree, self.stage, True)
-
 
 def policy_for(
     task: HarborTask, workdir: str, env: dict[str, str], *, writable_image: bool
@@ -136,37 +131,21 @@ def policy_for(
 
 async def open_docker(task: HarborTask) -> Workspace:
     image = task.config.environment.docker_image or await build_image(task)
-    config = await asyncio.to_thread(_image_config, image)
+    config = await asyncio.to_thread(require_image, image)
     workdir = task.config.environment.workdir or config.get("WorkingDir") or "/root"
     policy = policy_for(task, workdir, {}, writable_image=True)
-    sandbox = await envhub.sandbox.open("docker", policy=policy, image=image)
+    sandbox = await open_sandbox("docker", policy, image=image)
     made = await sandbox.exec(["mkdir", "-p", "/logs/agent", "/logs/verifier", workdir], timeout=60)
     if not made.ok:
         await sandbox.close()
         raise HarborTaskError(f"the image's user cannot create /logs in {image}: {made.stderr.strip()}")
-    return Workspace(sandbox=sandbox, runtime="docker", workdir=workdir, notes={"image": image})
+    return Workspace(sandbox=sandbox, kind="docker", workdir=workdir, notes={"image": image})
 
 
 def _docker() -> Any:
     import docker
 
     return docker.from_env(timeout=600)
-
-
-def _image_config(image: str) -> dict[str, Any]:
-    import docker.errors
-
-    client = _docker()
-    try:
-        config: dict[str, Any] = client.images.get(image).attrs["Config"] or {}
-        return config
-    except docker.errors.ImageNotFound:
-        raise SandboxUnavailable(
-            f"image {image} is not loaded in the local Docker engine and no registry is assumed: "
-            f"`docker pull {image}` where a registry is reachable, or `docker load` it"
-        ) from None
-    finally:
-        client.close()
 
 
 def context_digest(directory: Path) -> str:
@@ -370,18 +349,18 @@ async def open_local(task: HarborTask, planned: tuple[LocalPlan, str] | None = N
         policy = policy_for(task, plan.workdir, env, writable_image=False).model_copy(
             update={"ro_binds": binds}
         )
-        sandbox = await envhub.sandbox.open("local", policy=policy)
+        sandbox = await open_sandbox("local", policy)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
     workspace = Workspace(
         sandbox=sandbox,
-        runtime="local",
+        kind="local",
         workdir=plan.workdir,
         logs=LOCAL_ROOT,
         verifier_logs=f"{LOCAL_ROOT}/logs/verifier",
         solution=f"{LOCAL_ROOT}/solution",
-        stage=stage,
+        host_dir=stage,
         notes={"python": python, "pip": " ".join(plan.pip)},
     )
     try:
@@ -389,41 +368,17 @@ async def open_local(task: HarborTask, planned: tuple[LocalPlan, str] | None = N
         if not made.ok:
             raise HarborTaskError(f"could not create {LOCAL_ROOT} in the sandbox: {made.stderr.strip()}")
         for source, dest in plan.copies:
-            await _copy_in(sandbox, task.environment_dir / source, dest)
+            await copy_in(sandbox, task.environment_dir / source, dest)
     except BaseException:
         await workspace.close()
         raise
     return workspace
 
 
-async def _copy_in(sandbox: Sandbox, path: Path, dest: str) -> None:
-    """COPY as Docker does it: a folder's contents into dest, a file to dest (entry by entry, since the
-    sandbox's working directory itself is not a path `upload_dir` may replace)."""
-    for source, target, is_dir in await asyncio.to_thread(_copy_entries, path, dest):
-        if is_dir:
-            await sandbox.upload_dir(source, target)
-        else:
-            data, mode = await asyncio.to_thread(_read_with_mode, source)
-            await sandbox.write_file(target, data, mode=mode)
-
-
-def _read_with_mode(path: Path) -> tuple[bytes, int]:
-    return path.read_bytes(), path.stat().st_mode & 0o777
-
-
-def _copy_entries(path: Path, dest: str) -> list[tuple[Path, str, bool]]:
-    if not path.is_dir():
-        return [(path, dest, False)]
-    children = sorted(c for c in path.iterdir() if c.is_dir() or c.is_file())
-    return [(c, f"{dest.rstrip('/')}/{c.name}", c.is_dir()) for c in children]
-
-
 async def open_workspace(
     task: HarborTask, runtime: Runtime, planned: tuple[LocalPlan, str] | None = None
 ) -> Workspace:
     """A fresh workspace for one episode; `planned` is `plan_local`'s answer when the caller has it."""
-    if runtime == "docker":
+    if shared.checked_kind(runtime) == "docker":
         return await open_docker(task)
-    if runtime == "local":
-        return await open_local(task, planned)
-    raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+    return await open_local(task, planned)

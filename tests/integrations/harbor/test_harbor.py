@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 import envhub
-from envhub.formats.harbor.dockerfile import LocalRefused, local_plan
-from envhub.formats.harbor.env import main_reward, parse_rewards
-from envhub.formats.harbor.task import HarborTask, HarborTaskError, NetworkMode
+from envhub.integrations.harbor.dockerfile import LocalRefused, local_plan
+from envhub.integrations.harbor.env import main_reward, parse_rewards
+from envhub.integrations.harbor.task import HarborTask, HarborTaskError, NetworkMode
 from envhub.policies import OraclePolicy
 from envhub.rollout.runner import run_episode
 from envhub.sandbox import SandboxUnavailable
-from tests.formats.harbor_kit import PLAYS, TASKS, call, make, no_leaks, play_commands
+from tests.integrations.harbor.harbor_kit import PLAYS, TASKS, call, make, no_leaks, play_commands
 
 pytestmark = pytest.mark.usefixtures(no_leaks.__name__)
 

@@ -12,11 +12,11 @@ import docker
 import pytest
 
 import envhub
-from envhub.formats.harbor.env import HarborEnv
+from envhub.integrations.harbor.env import HarborEnv
 from envhub.messages import Message, ToolCall
 from tests.envhub_testkit.leaks import sandbox_footprint
 
-TASKS = Path(__file__).resolve().parents[1] / "data" / "harbor_tasks"
+TASKS = Path(__file__).resolve().parents[2] / "data" / "harbor_tasks"
 
 PLAYS = [
     ("edit-config", "docker"),

@@ -1,0 +1,1 @@
+"""Other projects' envs and trainers, both ways: their formats made as envhub envs, envhub's envs driven by them."""
