@@ -20,7 +20,6 @@ STILL_LONG: frozenset[str] = frozenset(
         "envhub/rollout/batch.py::rollout",
         "envhub/grading/python_tests.py::grade_python",
         "envhub/grading/_grader.py::main",
-        "envhub/sandbox/local.py::LocalSandbox.report",
         "envs/swe/envhub_swe/cli.py::validate",
         "envs/swe/envhub_swe/runtime.py::grade",
         "envs/swe/envhub_swe/validate.py::validate",

@@ -663,8 +663,8 @@ class LocalSandbox(Sandbox):
             slot_pool().release(self._slot)
 
     def report(self) -> IsolationReport:
+        """What holds each control of this sandbox, read from its policy, slot and the host."""
         p, slot = self.policy, self._slot
-        cg = bool(slot.cgroups)
         root = os.geteuid() == 0
         sec = p.seccomp and seccomp.supported()
         controls = {
@@ -679,6 +679,45 @@ class LocalSandbox(Sandbox):
                 how="new mount namespace: read-only /usr (+ /bin, /lib symlinks) and a few /etc files; "
                 f"read-only binds {sorted(p.ro_binds.values()) or 'none'}; nothing else of the host",
             ),
+            **self._limit_controls(),
+            "user": Enforcement(
+                enforced=True,
+                how=f"host uid {slot.uid} (one per concurrent slot), no capabilities, no supplementary groups"
+                if root
+                else f"your own uid {slot.uid} in a user namespace, no capabilities",
+            ),
+            "environment": Enforcement(
+                enforced=True,
+                how="--clearenv: only PATH, HOME, LANG, TMPDIR and the policy's variables",
+            ),
+            "seccomp": Enforcement(
+                enforced=sec,
+                how=f"BPF deny-list of {len(seccomp.DENIED_X86_64)} calls (ptrace, mount, unshare, setns, "
+                "keyctl, bpf, io_uring, ...) -> EPERM"
+                if sec
+                else ("disabled by the policy" if not p.seccomp else "no filter for this architecture"),
+            ),
+            "nested_namespaces": Enforcement(
+                enforced=self._version >= (0, 8) or sec,
+                how="bwrap --disable-userns" + (" and seccomp (unshare, setns)" if sec else "")
+                if self._version >= (0, 8)
+                else ("seccomp blocks unshare/setns" if sec else "not blocked (bwrap < 0.8, no seccomp)"),
+            ),
+        }
+        details = {
+            "bwrap": f"{self._bwrap} {'.'.join(map(str, self._version))}",
+            "slot": str(slot.index),
+            "uid": str(slot.uid),
+            "exec_server": self._server_state(),
+        }
+        return IsolationReport(backend=self.backend, policy=p, controls=controls, details=details)
+
+    def _limit_controls(self) -> dict[str, Enforcement]:
+        """How each resource limit holds: by cgroup when the slot has one, by rlimit as a backstop."""
+        p, slot = self.policy, self._slot
+        cg = bool(slot.cgroups)
+        root = os.geteuid() == 0
+        return {
             "disk": Enforcement(
                 enforced=root,
                 how=f"one tmpfs (size={p.disk_mb} MiB, nr_inodes={p.max_files}) backs {p.workdir}, /tmp and "
@@ -712,37 +751,7 @@ class LocalSandbox(Sandbox):
                 "answer has its bwrap SIGKILLed, and the pid namespace dies with it (--die-with-parent). "
                 "A command in a bwrap of its own: bwrap's process group is SIGKILLed at its timeout",
             ),
-            "user": Enforcement(
-                enforced=True,
-                how=f"host uid {slot.uid} (one per concurrent slot), no capabilities, no supplementary groups"
-                if root
-                else f"your own uid {slot.uid} in a user namespace, no capabilities",
-            ),
-            "environment": Enforcement(
-                enforced=True,
-                how="--clearenv: only PATH, HOME, LANG, TMPDIR and the policy's variables",
-            ),
-            "seccomp": Enforcement(
-                enforced=sec,
-                how=f"BPF deny-list of {len(seccomp.DENIED_X86_64)} calls (ptrace, mount, unshare, setns, "
-                "keyctl, bpf, io_uring, ...) -> EPERM"
-                if sec
-                else ("disabled by the policy" if not p.seccomp else "no filter for this architecture"),
-            ),
-            "nested_namespaces": Enforcement(
-                enforced=self._version >= (0, 8) or sec,
-                how="bwrap --disable-userns" + (" and seccomp (unshare, setns)" if sec else "")
-                if self._version >= (0, 8)
-                else ("seccomp blocks unshare/setns" if sec else "not blocked (bwrap < 0.8, no seccomp)"),
-            ),
         }
-        details = {
-            "bwrap": f"{self._bwrap} {'.'.join(map(str, self._version))}",
-            "slot": str(slot.index),
-            "uid": str(slot.uid),
-            "exec_server": self._server_state(),
-        }
-        return IsolationReport(backend=self.backend, policy=p, controls=controls, details=details)
 
     def _server_state(self) -> str:
         if self._server_error is not None:
