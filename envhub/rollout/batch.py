@@ -22,7 +22,7 @@ from envhub.replay import seal
 from envhub.rollout.gc_policy import batch_gc
 from envhub.rollout.kwargs import check_env_kwargs
 from envhub.rollout.ray_backend import PolicyFactory, RayEpisodePool, ray_address, run_batch_ray
-from envhub.rollout.runner import BatchResult, EpisodeRef, RolloutLimits, plan, run_batch, run_fork_batch
+from envhub.rollout.runner import BatchResult, EpisodeRef, RolloutLimits, plan, run_batch
 from envhub.store import BatchSpec, BatchStore, read_episodes
 
 RUNS = Path("runs")
@@ -112,7 +112,7 @@ async def rollout(
     `RayEpisodePool` whose actors, envs and policies outlive the call. `ray_workers` is the number of
     Ray actors (default: one per CPU of the cluster, at most `limits.concurrency`).
     Interrupted (Ctrl-C, cancelled), it keeps every finished episode in `out` and re-raises.
-    `fork_at` plays each task's references as a fork group (`run_fork_batch`): the first is a prefix
+    `fork_at` plays each task's references as a fork group (`run_batch(fork_at=)`): the first is a prefix
     of `fork_at` turns, the others children forked there (on Ray, one group per actor call). A resumed
     fork batch skips the groups stored whole and plays the others again whole, dropping their stored
     rows first.
@@ -227,14 +227,10 @@ async def _play(
         )
     player = policy if isinstance(policy, Policy) else policy()
     try:
-        if fork_at is not None:
-            return await run_fork_batch(
-                env_id, player, episodes=refs, fork_at=fork_at, limits=limits, env_kwargs=env_kwargs,
-                on_episode=record,
-            )  # fmt: skip
         return await run_batch(
-            env_id, player, episodes=refs, limits=limits, env_kwargs=env_kwargs, on_episode=record
-        )
+            env_id, player, episodes=refs, limits=limits, env_kwargs=env_kwargs, on_episode=record,
+            fork_at=fork_at,
+        )  # fmt: skip
     finally:
         if player is not policy:  # built here: its HTTP pool or model lives in this event loop
             await player.close()

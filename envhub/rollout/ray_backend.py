@@ -41,7 +41,7 @@ import os
 import time
 import uuid
 import weakref
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -50,7 +50,16 @@ from typing import Any, Self, TypeVar
 from envhub.policies import Policy, load_policy
 from envhub.records import Episode
 from envhub.registration import Registration, UnknownEnvError, is_external, registry, sandbox_kind
-from envhub.rollout.runner import BatchResult, EnvWorker, EpisodeRef, RolloutLimits, as_refs, fork_groups
+from envhub.rollout.runner import (
+    BatchResult,
+    EnvWorker,
+    EpisodeRef,
+    RolloutLimits,
+    Unit,
+    as_refs,
+    drive,
+    units_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +150,7 @@ class _Batch:
     serve_token: str | None
     """The driver's `envhub serve` token for a remote id (an actor's process may not inherit it)."""
     fork_at: int | None = None
-    """A fork batch: each call is one group (`EnvWorker.play_group`), its prefix played to this turn."""
+    """A fork batch: each call is one group (`EnvWorker.play_unit`), its prefix played to this turn."""
 
 
 def _deadline(budget_ends_at: float | None) -> float | None:
@@ -188,7 +197,9 @@ class EpisodeWorker:
         spec = await self._batch(batch_key, batch[0])
         if spec.fork_at is not None:  # the call is one fork group: its children need its prefix's env
             async with self._env_worker(spec) as worker:
-                group = await worker.play_group(refs, spec.fork_at, budget_deadline=_deadline(budget_ends_at))
+                group = await worker.play_unit(
+                    refs, fork_at=spec.fork_at, budget_deadline=_deadline(budget_ends_at)
+                )
             self.counts["episodes"] += len(group)
             return [episode.model_copy(update={"node": self.node}) for episode in group], self.incarnation
         played = await asyncio.gather(
@@ -437,7 +448,7 @@ class RayEpisodePool:
     ) -> BatchResult:
         """Play the episodes `refs` names on the pool's actors; `run_batch_ray` says more."""
         started = time.perf_counter()
-        units = [[ref] for ref in refs] if fork_at is None else fork_groups(refs, limits)
+        units = units_of(refs, limits, fork_at)
         slots = min(limits.concurrency, max(len(refs), 1))
         if limits.backend_concurrency:  # every episode uses the same env, hence the same sandbox backend
             backend = _sandbox_of(env_id, env_kwargs)
@@ -449,17 +460,14 @@ class RayEpisodePool:
         state = self._state
         state.batches += 1
         try:
-            return await _dispatch(
-                state,
+            return await drive(
                 units,
-                grouped=fork_at is not None,
-                batch=(uuid.uuid4().hex, [ray.put(batch)]),
-                actors=actors,
-                slots=slots,
-                budget=limits.time_budget,
+                _calls(
+                    state, actors, (uuid.uuid4().hex, [ray.put(batch)]), slots, len(units), fork_at, env_id
+                ),
+                time_budget=limits.time_budget,
                 on_episode=on_episode,
                 started=started,
-                env_id=env_id,
             )
         finally:
             state.batches -= 1
@@ -549,7 +557,7 @@ async def run_batch_ray(
     without it the current Ray connection is used, or a local Ray instance with one CPU per core is
     started (and shut down at the end). `workers` is the number of actors: by default one per CPU of
     the cluster, at most one per episode slot. The envs and the policy must be importable on the Ray
-    workers (installed, or on PYTHONPATH). `fork_at` plays fork groups (`run_fork_batch`): each call
+    workers (installed, or on PYTHONPATH). `fork_at` plays fork groups (`run_batch(fork_at=)`): each call
     sends an actor one whole group, whose children it forks from the prefix's env.
     """
     refs = as_refs(episodes, seed)
@@ -582,77 +590,63 @@ def driver_registration(env_id: str) -> Registration | None:
     return registration
 
 
-async def _dispatch(
+def _calls(
     state: _PoolState,
-    units: list[list[EpisodeRef]],
-    *,
-    grouped: bool,
-    batch: tuple[str, list[Any]],
     actors: list[Actor],
+    batch: tuple[str, list[Any]],
     slots: int,
-    budget: float | None,
-    on_episode: Callable[[Episode], None] | None,
-    started: float,
+    units: int,
+    fork_at: int | None,
     env_id: str,
-) -> BatchResult:
-    """Keep `slots` episodes in flight until none is left, as calls of up to `EPISODES_PER_CALL`
-    episodes each, call i on `actors[i % len(actors)]`. `units` are single episodes, or, `grouped`, fork
-    groups: a call then plays one whole group, and `slots` groups are in flight."""
-    import ray
-    from ray.exceptions import RayActorError
+) -> list[_ActorCalls]:
+    """The runners that keep `slots` episodes in flight (`slots` groups with `fork_at`) as calls of up to
+    `EPISODES_PER_CALL` episodes each (one whole group), call i on `actors[i % len(actors)]`."""
+    per_call = 1 if fork_at is not None else max(1, min(EPISODES_PER_CALL, slots // len(actors)))
+    calls = max(1, min(slots, units)) if fork_at is not None else -(-slots // per_call)
+    return [_ActorCalls(state, actors[i % len(actors)], batch, per_call, env_id) for i in range(calls)]
 
-    pending = deque(units)
-    done: list[Episode] = []
-    failures: list[Exception] = []
-    ends_at = None if budget is None else time.time() + budget
-    stop_at = None if budget is None else time.monotonic() + budget
 
-    per_call = 1 if grouped else max(1, min(EPISODES_PER_CALL, slots // len(actors)))
-    calls = max(1, min(slots, len(units))) if grouped else -(-slots // per_call)
+@dataclass
+class _ActorCalls:
+    """The Ray backend's `UnitRunner`: one call at a time to one actor, of up to `per_call` units."""
 
-    async def slot(actor: Actor) -> None:
-        while pending and not failures and (stop_at is None or time.monotonic() < stop_at):
-            size = min(per_call, -(-len(pending) // calls))  # the batch's tail spread over every call
-            chunk = [ref for _ in range(size) for ref in pending.popleft()]
-            running = actor.play_many.remote(chunk, ends_at, *batch)
-            try:
-                episodes, incarnation = await running
-            except RayActorError as exc:
-                _forget_actor(state, actor)
-                failures.append(
-                    RayWorkerLost(
-                        f"a Ray worker playing {env_id} died {ACTOR_RESTARTS + 1} times or could not start, "
-                        f"last while playing episodes {[ref.index for ref in chunk]}: {exc}\nFix the "
-                        "cause (memory? a crashing sandbox? the env or the policy not installed on the Ray "
-                        "workers?), then run again with --resume: the episodes finished so far are kept"
-                    )
-                )
-                return
-            except asyncio.CancelledError:  # interrupted: the actor stops the episode too
-                with contextlib.suppress(Exception):
-                    ray.cancel(running)
-                raise
-            except Exception as exc:  # the env or runner raised on the worker, as it would locally
-                failures.append(exc)
-                return
-            if state.incarnations.setdefault(actor, incarnation) != incarnation:
-                state.restarted.add(actor)
-            done.extend(episodes)
-            for episode in episodes:
-                if on_episode is not None:
-                    on_episode(episode)
+    state: _PoolState
+    actor: Actor
+    batch: tuple[str, list[Any]]
+    per_call: int
+    env_id: str
 
-    # After a failure the other calls stop taking episodes but finish (and hand on) those in flight.
-    async with asyncio.TaskGroup() as tasks:
-        for number in range(calls):
-            tasks.create_task(slot(actors[number % len(actors)]))
-    if failures:
-        raise failures[0]
-    return BatchResult(
-        episodes=sorted(done, key=lambda e: e.episode_id),
-        not_started=sorted(ref.index for unit in pending for ref in unit),
-        wall_seconds=time.perf_counter() - started,
-    )
+    async def run(self, units: list[Unit], budget_deadline: float | None) -> list[Episode]:
+        """Play `units` in one call on the actor; a dead actor's units are reported, not retried here
+        (Ray already re-ran them on its restarts)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        loop = asyncio.get_running_loop()
+        ends_at = None if budget_deadline is None else time.time() + (budget_deadline - loop.time())
+        chunk = [ref for unit in units for ref in unit]
+        running = self.actor.play_many.remote(chunk, ends_at, *self.batch)
+        try:
+            episodes, incarnation = await running
+        except RayActorError as exc:
+            _forget_actor(self.state, self.actor)
+            raise RayWorkerLost(
+                f"a Ray worker playing {self.env_id} died {ACTOR_RESTARTS + 1} times or could not start, "
+                f"last while playing episodes {[ref.index for ref in chunk]}: {exc}\nFix the "
+                "cause (memory? a crashing sandbox? the env or the policy not installed on the Ray "
+                "workers?), then run again with --resume: the episodes finished so far are kept"
+            ) from exc
+        except asyncio.CancelledError:  # interrupted: the actor stops the episode too
+            with contextlib.suppress(Exception):
+                ray.cancel(running)
+            raise
+        if self.state.incarnations.setdefault(self.actor, incarnation) != incarnation:
+            self.state.restarted.add(self.actor)
+        result: list[Episode] = episodes
+        return result
+
+    async def close(self) -> None:
+        return  # the actor outlives the batch: the pool ends it
 
 
 def _forget_actor(state: _PoolState, actor: Actor) -> None:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -383,6 +384,87 @@ class BatchResult(BaseModel):
     wall_seconds: float
 
 
+Unit = list[EpisodeRef]
+"""One unit of work: a single episode, or a fork group (its prefix first, then its children)."""
+
+
+class UnitRunner(Protocol):
+    """Where units of work are played: an `EnvWorker` in this process, or calls to a Ray actor.
+
+    `drive` keeps one queue for a batch and hands each runner up to `per_call` units at a time; the
+    runner plays them (with the runner's retries) and returns their episodes. Both backends implement it.
+    """
+
+    per_call: int
+    """The most units one `run` call takes (the Ray backend batches calls; one locally)."""
+
+    async def run(self, units: list[Unit], budget_deadline: float | None) -> list[Episode]:
+        """Play `units`; `budget_deadline` is the batch's end in this event loop's time (None: none)."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the runner holds (its env) once the queue is empty for it."""
+        ...
+
+
+async def drive(
+    units: list[Unit],
+    runners: Sequence[UnitRunner],
+    *,
+    time_budget: float | None,
+    on_episode: Callable[[Episode], None] | None,
+    started: float | None = None,
+) -> BatchResult:
+    """The one queue, budget and stop loop of every batch, whichever backend plays its units.
+
+    Each runner takes units from one queue until it is empty, the time budget has run out (units not
+    started are returned as `not_started`, for `--resume`) or a runner raised: then the others finish
+    the units they hold (and hand on their episodes) and the first exception is raised. An exception of
+    `on_episode` (the caller's) stops the batch at once.
+    """
+    loop = asyncio.get_running_loop()
+    started = time.perf_counter() if started is None else started
+    deadline = None if time_budget is None else loop.time() + time_budget
+    pending = deque(units)
+    done: list[Episode] = []
+    failures: list[Exception] = []
+
+    async def slot(runner: UnitRunner) -> None:
+        try:
+            while pending and not failures and (deadline is None or loop.time() < deadline):
+                size = min(runner.per_call, -(-len(pending) // len(runners)))  # the tail spread out
+                taken = [pending.popleft() for _ in range(min(size, len(pending)))]
+                try:
+                    episodes = await runner.run(taken, deadline)
+                except Exception as exc:  # the env, the runner or a backend failed: stop taking units
+                    failures.append(exc)
+                    return
+                done.extend(episodes)
+                for episode in episodes:
+                    if on_episode is not None:
+                        on_episode(episode)
+        finally:
+            await runner.close()
+
+    async with asyncio.TaskGroup() as group:
+        for i, runner in enumerate(runners):
+            group.create_task(slot(runner))
+            if i % 256 == 255:
+                await asyncio.sleep(0)  # a wide batch starts turning before its last runner is set up
+    if failures:
+        raise failures[0]
+    return BatchResult(
+        episodes=sorted(done, key=lambda e: e.episode_id),
+        not_started=sorted(ref.index for unit in pending for ref in unit),
+        wall_seconds=time.perf_counter() - started,
+    )
+
+
+def units_of(refs: list[EpisodeRef], limits: RolloutLimits, fork_at: int | None) -> list[Unit]:
+    """A batch's units of work: one per episode, or with `fork_at` one per fork group."""
+    return [[ref] for ref in refs] if fork_at is None else fork_groups(refs, limits)
+
+
 async def run_batch(
     env_id: str,
     policy: Policy,
@@ -392,50 +474,26 @@ async def run_batch(
     limits: RolloutLimits | None = None,
     env_kwargs: dict[str, Any] | None = None,
     on_episode: Callable[[Episode], None] | None = None,
+    fork_at: int | None = None,
 ) -> BatchResult:
     """Play episodes: a count, the indices still to run (index i uses seed `seed + i`), or references.
 
-    `limits.concurrency` `EnvWorker`s take references from one queue, each on its own environment.
+    `limits.concurrency` `EnvWorker`s take units from one queue (`drive`), each on its own environment,
+    under the per-sandbox caps `limits.backend_concurrency`. With `fork_at` the references of each task,
+    in order, are one fork group (`plan(tasks, rollouts=G + 1)`): its first the prefix played to
+    `fork_at` turns, the others the children forked there, all run at once on the group's worker.
     """
     limits = limits or RolloutLimits()
-    refs = as_refs(episodes, seed)
-    pending: asyncio.Queue[EpisodeRef] = asyncio.Queue()
-    for ref in refs:
-        pending.put_nowait(ref)
-    loop = asyncio.get_running_loop()
-    started = time.perf_counter()
-    budget_deadline = None if limits.time_budget is None else loop.time() + limits.time_budget
-    backend_slots: dict[str, asyncio.Semaphore] = {
-        name: asyncio.Semaphore(n) for name, n in limits.backend_concurrency.items()
-    }
-    done: list[Episode] = []
-
-    async def worker() -> None:
-        env_worker = EnvWorker(
-            env_id, env_kwargs or {}, policy, limits, seed=seed, backend_slots=backend_slots
+    units = units_of(as_refs(episodes, seed), limits, fork_at)
+    sandbox_slots = {name: asyncio.Semaphore(n) for name, n in limits.backend_concurrency.items()}
+    runners = [
+        _LocalRunner(
+            EnvWorker(env_id, env_kwargs or {}, policy, limits, seed=seed, backend_slots=sandbox_slots),
+            fork_at,
         )
-        try:
-            while not pending.empty():
-                if budget_deadline is not None and loop.time() >= budget_deadline:
-                    return
-                episode = await env_worker.play(pending.get_nowait(), budget_deadline=budget_deadline)
-                done.append(episode)
-                if on_episode is not None:
-                    on_episode(episode)
-        finally:
-            await env_worker.close()
-
-    async with asyncio.TaskGroup() as group:
-        for i in range(min(limits.concurrency, max(len(refs), 1))):
-            group.create_task(worker())
-            if i % 256 == 255:
-                await asyncio.sleep(0)  # a wide batch starts turning before its last episode is set up
-    not_started = sorted(pending.get_nowait().index for _ in range(pending.qsize()))
-    return BatchResult(
-        episodes=sorted(done, key=lambda e: e.episode_id),
-        not_started=not_started,
-        wall_seconds=time.perf_counter() - started,
-    )
+        for _ in range(min(limits.concurrency, max(len(units), 1)))
+    ]
+    return await drive(units, runners, time_budget=limits.time_budget, on_episode=on_episode)
 
 
 def fork_groups(episodes: Iterable[EpisodeRef], limits: RolloutLimits) -> list[list[EpisodeRef]]:
@@ -451,57 +509,22 @@ def fork_groups(episodes: Iterable[EpisodeRef], limits: RolloutLimits) -> list[l
     return list(groups.values())
 
 
-async def run_fork_batch(
-    env_id: str,
-    policy: Policy,
-    *,
-    episodes: Iterable[EpisodeRef],
-    fork_at: int,
-    limits: RolloutLimits | None = None,
-    env_kwargs: dict[str, Any] | None = None,
-    on_episode: Callable[[Episode], None] | None = None,
-) -> BatchResult:
-    """Play fork groups: the references of each task, in order, are one group, its first the prefix
-    played to `fork_at` turns and the others the children forked there (`plan(tasks, rollouts=G + 1)`).
+@dataclass
+class _LocalRunner:
+    """The local backend's `UnitRunner`: one `EnvWorker` playing one unit at a time in this process."""
 
-    Groups run `limits.concurrency` at a time, each on its worker's env; its children run at once.
-    """
-    limits = limits or RolloutLimits()
-    groups = fork_groups(episodes, limits)
-    pending: asyncio.Queue[list[EpisodeRef]] = asyncio.Queue()
-    for group in groups:
-        pending.put_nowait(group)
-    loop = asyncio.get_running_loop()
-    started = time.perf_counter()
-    budget_deadline = None if limits.time_budget is None else loop.time() + limits.time_budget
-    done: list[Episode] = []
+    worker: EnvWorker
+    fork_at: int | None
+    per_call: int = 1
 
-    async def worker() -> None:
-        env_worker = EnvWorker(env_id, env_kwargs or {}, policy, limits, seed=None)
-        try:
-            while not pending.empty():
-                if budget_deadline is not None and loop.time() >= budget_deadline:
-                    return
-                group = pending.get_nowait()
-                for episode in await env_worker.play_group(group, fork_at, budget_deadline=budget_deadline):
-                    done.append(episode)
-                    if on_episode is not None:
-                        on_episode(episode)
-        finally:
-            await env_worker.close()
+    async def run(self, units: list[Unit], budget_deadline: float | None) -> list[Episode]:
+        played = []
+        for unit in units:
+            played += await self.worker.play_unit(unit, fork_at=self.fork_at, budget_deadline=budget_deadline)
+        return played
 
-    try:
-        async with asyncio.TaskGroup() as task_group:
-            for _ in range(min(limits.concurrency, max(len(groups), 1))):
-                task_group.create_task(worker())
-    except* NotForkable as refused:  # the env's own answer, not an infrastructure failure: say it once
-        raise refused.exceptions[0] from None
-    not_started = sorted(r.index for _ in range(pending.qsize()) for r in pending.get_nowait())
-    return BatchResult(
-        episodes=sorted(done, key=lambda e: e.episode_id),
-        not_started=not_started,
-        wall_seconds=time.perf_counter() - started,
-    )
+    async def close(self) -> None:
+        await self.worker.close()
 
 
 class EnvWorker:
@@ -530,70 +553,44 @@ class EnvWorker:
     async def play(self, episode: int | EpisodeRef, *, budget_deadline: float | None = None) -> Episode:
         """Play one episode: a reference, or an index (seed `seed + index`); `budget_deadline` is the
         batch's, in loop time."""
-        (ref,) = as_refs([episode], self.seed)
-        return await self._play(ref, budget_deadline)
+        played = await self.play_unit(as_refs([episode], self.seed), budget_deadline=budget_deadline)
+        return played[0]
 
-    async def _play(self, ref: EpisodeRef, budget_deadline: float | None) -> Episode:
-        episode: Episode | None = None
-        for attempt in range(1, self.limits.retries + 2):
-            try:
-                env = self.env = self.env or make(self.env_id, **self.env_kwargs)
-            except Exception as exc:  # a sandbox that could not start: retried like any infrastructure error
-                episode = self._unmade(ref, exc, attempt)
-                continue
-            spec = env.spec
-            backend = sandbox_kind(spec.provenance.default_sandbox, spec.env_kwargs) if spec else "none"
-            slot = self.backend_slots.get(backend)
-            if slot is None:
-                episode = await self._play_once(env, ref, budget_deadline)
-            else:
-                async with slot:
-                    episode = await self._play_once(env, ref, budget_deadline)
-            episode = episode.model_copy(update={"attempts": attempt})
-            if episode.error is None:
-                break
-            # A crashed sandbox, or one whose step was cancelled midway, must not serve the next episode.
-            await _close_quietly(env)
-            self.env = None
-            if episode.error.kind not in RETRYABLE:
-                break
-        assert episode is not None  # the loop runs at least once
-        return episode
-
-    async def play_group(
-        self, refs: list[EpisodeRef], fork_at: int, *, budget_deadline: float | None = None
+    async def play_unit(
+        self, refs: Unit, *, fork_at: int | None = None, budget_deadline: float | None = None
     ) -> list[Episode]:
-        """Play a fork group (`run_fork_group`): refs[0] the prefix, the others its children. The whole
-        group is played again after an infrastructure failure of its prefix or its fork; a child's own
-        failure is recorded, not retried (its prefix state is gone)."""
+        """Play one unit of work: one episode, or with `fork_at` a fork group (`run_fork_group`: refs[0]
+        the prefix, the others its children), holding its sandbox kind's slot throughout.
+
+        The unit is played again after an infrastructure failure of its episode (of a group's prefix or
+        its fork); a child's own failure is recorded, not retried (its prefix state is gone).
+        """
         episodes: list[Episode] = []
         for attempt in range(1, self.limits.retries + 2):
             try:
                 env = self.env = self.env or make(self.env_id, **self.env_kwargs)
-            except Exception as exc:
+            except Exception as exc:  # a sandbox that could not start: retried like any infrastructure error
                 episodes = [self._unmade(ref, exc, attempt) for ref in refs]
                 continue
-            deadline, reason = self._deadline(budget_deadline)
-            played = await run_fork_group(
-                env,
-                self.policy,
-                fork_at=fork_at,
-                group=len(refs) - 1,
-                seed=refs[0].seed,
-                episode_ids=[episode_id(r.index) for r in refs],
-                step_timeout=self.limits.step_timeout,
-                deadline=deadline,
-                deadline_reason=reason,
-            )
+            async with self._slot(env):
+                played = await self._play_once(env, refs, fork_at, budget_deadline)
             episodes = [e.model_copy(update={"attempts": attempt}) for e in played]
             failure = episodes[0].error
             if failure is None:
                 break
+            # A crashed sandbox, or one whose step was cancelled midway, must not serve the next episode.
             await _close_quietly(env)
             self.env = None
             if failure.kind not in RETRYABLE:
                 break
         return episodes
+
+    def _slot(self, env: Env) -> contextlib.AbstractAsyncContextManager[Any]:
+        """The per-sandbox cap of the env's sandbox kind (`registration.sandbox_kind`), or none."""
+        spec = env.spec
+        kind = sandbox_kind(spec.provenance.default_sandbox, spec.env_kwargs) if spec else "none"
+        slot = self.backend_slots.get(kind)
+        return contextlib.nullcontext() if slot is None else slot
 
     def _unmade(self, ref: EpisodeRef, exc: Exception, attempt: int) -> Episode:
         """The record of an episode whose env could not be made."""
@@ -623,10 +620,25 @@ class EnvWorker:
             deadline, reason = budget_deadline, f"the batch time budget ({limits.time_budget:g} s)"
         return deadline, reason
 
-    async def _play_once(self, env: Env, ref: EpisodeRef, budget_deadline: float | None) -> Episode:
+    async def _play_once(
+        self, env: Env, refs: Unit, fork_at: int | None, budget_deadline: float | None
+    ) -> list[Episode]:
         limits = self.limits
         deadline, reason = self._deadline(budget_deadline)
-        return await run_episode(
+        if fork_at is not None:
+            return await run_fork_group(
+                env,
+                self.policy,
+                fork_at=fork_at,
+                group=len(refs) - 1,
+                seed=refs[0].seed,
+                episode_ids=[episode_id(r.index) for r in refs],
+                step_timeout=limits.step_timeout,
+                deadline=deadline,
+                deadline_reason=reason,
+            )
+        (ref,) = refs
+        episode = await run_episode(
             env,
             self.policy,
             seed=ref.seed,
@@ -637,6 +649,7 @@ class EnvWorker:
             record=limits.record,
             env_kwargs=self.env_kwargs,
         )
+        return [episode]
 
 
 async def _close_quietly(env: Env) -> None:
