@@ -109,6 +109,9 @@ LAYERS: tuple[Layer, ...] = (
             "envhub.core",
             "envhub.ids",
             "envhub.records",
+            "envhub.record",
+            "envhub.record.calls",
+            "envhub.record.tape",
             "envhub.trace",
             "envhub.wrappers",
             "envhub.settings",
@@ -116,7 +119,10 @@ LAYERS: tuple[Layer, ...] = (
         (),
         "What an episode is (messages, tools, `Env`, specs, ids, records), the wrappers that hold any "
         "`Env` to its rules and the `ENVHUB_*` settings every part reads, said without any machinery, so "
-        "every other part can name it and none of it changes when a backend or a runner does.",
+        "every other part can name it and none of it changes when a backend or a runner does. "
+        "`envhub.records` is the episode's record; the tape an episode may carry is `envhub.record`'s "
+        "(its types, and the tape that knows no sandbox), here because an `Episode` holds its recording "
+        "and `make()`'s wrappers record.",
     ),
     Layer(
         _PLUMBING,
@@ -134,11 +140,11 @@ LAYERS: tuple[Layer, ...] = (
     ),
     Layer(
         _SANDBOXES,
-        ("envhub.sandbox", "envhub.sandbox.fleet"),
+        ("envhub.sandbox", "envhub.sandbox.fleet", "envhub.record.sandbox_calls", "envhub.record.stand_in"),
         (_CONTRACT,),
         "The `Sandbox` contract and its backends (bubblewrap, Docker, E2B, the fleet that shares them "
-        "across processes, the owner leases every reaper judges by): isolation knows nothing of episodes "
-        "beyond the contract's records.",
+        "across processes, the owner leases every reaper judges by), the tape's hooks in them and the "
+        "stand-in a replay gets: isolation knows nothing of episodes beyond the contract's records.",
     ),
     Layer(
         _GRADERS,
@@ -206,7 +212,16 @@ LAYERS: tuple[Layer, ...] = (
     ),
     Layer(
         _RUNNER,
-        ("envhub.rollout", "envhub.replay", "envhub.report", "envhub.display", "envhub.checks"),
+        (
+            "envhub.rollout",
+            "envhub.record.seal",
+            "envhub.record.replay",
+            "envhub.record.rescore",
+            "envhub.record.regrade",
+            "envhub.report",
+            "envhub.display",
+            "envhub.checks",
+        ),
         (_CONTRACT, _PLUMBING, _SANDBOXES, _POLICIES, _STORE, _REGISTRY, _LOCK, _SERVE),
         "Running episodes and reading them back: the rollout driver and its backends, replay and "
         "rescoring, the HTML report, the terminal display, `envhub check`. It brings together an env "
@@ -274,12 +289,6 @@ KNOWN_UPWARD: tuple[KnownUpward, ...] = (
         "imports only the contract and the event loop, so this is no cycle.",
         "issue 30, one home per part (H): the gymnasium adapter moves to `envhub/integrations/`, where "
         "`to_gymnasium` can live beside it.",
-    ),
-    KnownUpward(
-        "envhub.authoring.tool_env",
-        "envhub.sandbox.recording",
-        "`ToolEnv` records and replays its sandbox's calls itself.",
-        "issue 30, make() applies wrappers (W) for recording, and the tape's one home `envhub/record/` (H).",
     ),
     KnownUpward(
         "envhub.rewards.judge",

@@ -1,5 +1,8 @@
 """Episode and turn records: what is kept of every episode, for storage, display and training.
 
+The contract's records of an episode (its turns, its ending, its token samples). The tape an episode
+may carry (`Episode.recording`) has its own types in `envhub.record.calls`, beside the tape.
+
 Records are plain pydantic models, so they serialise to JSON today and to the Parquet schema of the
 rollout store without a second definition.
 """
@@ -13,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envhub.core import Provenance
 from envhub.messages import Message
+from envhub.record.calls import Recording
 from envhub.tools import ToolSpec
 from envhub.trace import TokenTrace
 
@@ -31,47 +35,6 @@ def episode_id(index: int) -> str:
 def episode_order(episode_id: str) -> tuple[int, str]:
     """The sort key of episode ids: by length first, so "1000000" comes after "999999"."""
     return len(episode_id), episode_id
-
-
-Json = Any
-Kind = Literal["sandbox", "worker", "entropy", "tool"]
-
-
-class RecordedCall(BaseModel):
-    """One call and its answer: a result (`output`) or the exception it raised (`error`)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    turn: int
-    """0 for calls made by reset, k for those made by the k-th step (the final step scores the episode)."""
-    scope: str = "env"
-    """`env`, or `tool N` for the N-th tool call of the turn's message."""
-    kind: Kind
-    method: str
-    """`exec`, `write_file`, `read_file`, `upload_dir`, `download`, `report`, `run` (a REPL snippet),
-    `token_bytes`/`getrandbits` (entropy drawn in the open), `secret` (a derived grader secret: only its
-    size and context are kept), or a tool's name."""
-    input: Json = None
-    output: Json = None
-    error: dict[str, str] | None = None
-    """`{"type": "FileNotFoundError", "message": ...}` when the call raised."""
-
-
-class Recording(BaseModel):
-    """What an episode recorded (`envhub.sandbox.recording`), stored in its `recording_json` column."""
-
-    model_config = ConfigDict(frozen=True)
-
-    calls: list[RecordedCall] = Field(default_factory=list)
-    salt: str = ""
-    """Random per recording: with the user's recording key, what the grader's secrets are derived from
-    (`envhub.replay.seal.Secrets`), so that no secret is ever written into the recording."""
-    mac: str | None = None
-    """HMAC-SHA256 over the episode and this recording, keyed by the user's recording key
-    (`envhub.replay.seal`); a replay refuses a recording without one or with one that does not match."""
-
-    def at_turn(self, turn: int) -> list[RecordedCall]:
-        return [c for c in self.calls if c.turn == turn]
 
 
 class Turn(BaseModel):

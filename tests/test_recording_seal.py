@@ -22,9 +22,10 @@ from typer.testing import CliRunner
 from envhub.cli import app
 from envhub.policies import load_policy
 from envhub.policies.scripted import ScriptedPolicy
-from envhub.records import Episode, RecordedCall
-from envhub.replay import seal
-from envhub.replay.episode import replay_episode
+from envhub.record import seal
+from envhub.record.calls import RecordedCall
+from envhub.record.replay import replay_episode
+from envhub.records import Episode
 from envhub.rollout import RolloutLimits, rollout
 from envhub.store import load_manifest, read_episodes
 from envhub.store.schema import episodes_table

@@ -25,10 +25,10 @@ from envhub.cli import app
 from envhub.messages import Message, ToolCall
 from envhub.policies import load_policy
 from envhub.policies.scripted import ScriptedPolicy
+from envhub.record import seal
+from envhub.record.replay import NotRecorded, replay_episode
+from envhub.record.stand_in import ReplaySandbox
 from envhub.records import Episode
-from envhub.replay import seal
-from envhub.replay.episode import NotRecorded, replay_episode
-from envhub.replay.sandbox import ReplaySandbox
 from envhub.rollout import RolloutLimits, rollout
 from envhub.sandbox import Sandbox
 from envhub.store import read_episodes

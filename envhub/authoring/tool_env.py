@@ -12,7 +12,7 @@ from typing import Any
 from envhub.authoring.chat import ChatEnv, Reaction
 from envhub.core import InfrastructureError
 from envhub.messages import Message, ToolCall, tool_result
-from envhub.sandbox.recording import tool_call
+from envhub.record.tape import tool_call
 from envhub.tools import Tool, ToolArgumentError, ToolSpec, tool_name
 
 

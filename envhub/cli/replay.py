@@ -12,11 +12,11 @@ from rich.table import Table
 from rich.text import Text
 
 from envhub.cli.app import USER_ERRORS, app, console, fail
-from envhub.replay import regrade as regrading
-from envhub.replay import rescore as rescoring
-from envhub.replay.episode import ReplayReport, replay_episode
-from envhub.replay.regrade import RegradeReport
-from envhub.replay.rescore import find_episode, write_rescored
+from envhub.record import regrade as regrading
+from envhub.record import rescore as rescoring
+from envhub.record.regrade import RegradeReport
+from envhub.record.replay import ReplayReport, replay_episode
+from envhub.record.rescore import find_episode, write_rescored
 
 RUN = Annotated[Path, typer.Argument(help="A batch folder written by `envhub rollout --record --out`.")]
 

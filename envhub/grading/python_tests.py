@@ -37,7 +37,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from envhub.core import InfrastructureError
-from envhub.sandbox import Backend, IsolationPolicy, IsolationReport, recording
+from envhub.record import tape as recording
+from envhub.sandbox import Backend, IsolationPolicy, IsolationReport
 from envhub.sandbox import open as open_sandbox
 
 _HERE = Path(__file__).parent

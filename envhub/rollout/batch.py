@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from envhub.policies import Policy
+from envhub.record import seal
 from envhub.records import RETRYABLE, Episode, episode_id
 from envhub.registration import registry
-from envhub.replay import seal
 from envhub.rollout.gc_policy import batch_gc
 from envhub.rollout.kwargs import check_env_kwargs
 from envhub.rollout.ray_backend import PolicyFactory, RayEpisodePool, ray_address, run_batch_ray

@@ -26,10 +26,10 @@ from envhub.core import Env, NotForkable, ResetInfo, StepInfo, check_forkable, r
 from envhub.lock.stamp import stamp
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
+from envhub.record import seal
+from envhub.record import tape as tapes
 from envhub.records import RETRYABLE, Episode, EpisodeError, ErrorKind, Turn, episode_id
 from envhub.registration import make, sandbox_kind
-from envhub.replay import seal
-from envhub.sandbox import recording as tapes
 
 T = TypeVar("T")
 
@@ -156,7 +156,7 @@ async def run_episode(
     `on_messages` sees every message as it happens (prompt, action, answer): `envhub play` prints them.
     `record` keeps the episode's calls to its sandboxes and tools in `Episode.recording`, sealed with
     the user's recording key over the episode and `env_kwargs`, the options `env` was made with
-    (`envhub.replay.seal`).
+    (`envhub.record.seal`).
     """
     if record:
         key, salt = seal.load_key(), seal.new_salt()

@@ -17,7 +17,7 @@ from collections.abc import Generator
 from types import TracebackType
 from typing import Any
 
-from envhub.sandbox import recording
+from envhub.record import tape
 from envhub.sandbox.backends import BACKENDS, Backend, create
 from envhub.sandbox.base import Command, Sandbox
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport
@@ -95,7 +95,7 @@ async def _open(
     options = dict(options)
     spare = options.pop("spare", True)
     local = backend == "local" or (backend == "auto" and not os.environ.get("E2B_API_KEY"))
-    if local and spare and image is None and not options.get("start_server") and not recording.replaying():
+    if local and spare and image is None and not options.get("start_server") and not tape.replaying():
         taken = await take_spare(policy)
         if taken is not None:
             return taken

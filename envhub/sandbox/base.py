@@ -11,8 +11,8 @@ from pathlib import PurePosixPath
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from envhub.record.sandbox_calls import attach, instrument
 from envhub.sandbox.policy import IsolationPolicy, IsolationReport
-from envhub.sandbox.recording import attach, instrument
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
 from envhub.sandbox.worker import PythonWorker
 
@@ -86,7 +86,7 @@ class Sandbox(ABC):
     backend: ClassVar[str]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Each backend's calls can be recorded with an episode and answered in its replay (envhub.replay)."""
+        """Each backend's calls are recorded with an episode and answered in its replay (envhub.record)."""
         super().__init_subclass__(**kwargs)
         instrument(cls)
 

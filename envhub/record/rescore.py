@@ -1,9 +1,9 @@
-"""Apply today's reward code to a stored batch by replaying each episode (see `envhub.replay.episode`).
+"""Apply today's reward code to a stored batch by replaying each episode (see `envhub.record.replay`).
 
 A rescore re-scores the *recorded* grader outputs: every command and grade comes from the recording,
 so it is only as good as the recording, and every episode's seal is checked before any is replayed
-(`envhub.replay.seal`). `regrade` trusts nothing recorded but the actions: it plays them again on a fresh
-env, in real sandboxes, and grades afresh (`envhub.replay.regrade`).
+(`envhub.record.seal`). `regrade` trusts nothing recorded but the actions: it plays them again on a fresh
+env, in real sandboxes, and grades afresh (`envhub.record.regrade`).
 
 The stored batch is never rewritten: `write_rescored` makes a new batch folder whose episodes carry the
 new rewards (sealed again), and only when every episode could be replayed to its end (a diverged
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from envhub.record import seal
+from envhub.record.replay import NotRecorded, ReplayReport, replay_episode
 from envhub.records import Episode
-from envhub.replay import seal
-from envhub.replay.episode import NotRecorded, ReplayReport, replay_episode
 from envhub.store import BatchStore, load_manifest, read_episodes
 
 

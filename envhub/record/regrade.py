@@ -17,10 +17,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from envhub.core import StepInfo
+from envhub.record import seal
+from envhub.record import tape as tapes
 from envhub.records import Episode
 from envhub.registration import make
-from envhub.replay import seal
-from envhub.sandbox import recording as tapes
 
 
 class RegradeReport(BaseModel):

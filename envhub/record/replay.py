@@ -1,9 +1,9 @@
 """Replay one stored episode: its actions against its recorded calls, with today's env and reward code.
 
 Only a recording sealed with the user's recording key over this very episode is replayed
-(`envhub.replay.seal`). Nothing runs in a sandbox: every sandbox is a `ReplaySandbox`, and every command,
+(`envhub.record.seal`). Nothing runs in a sandbox: every sandbox is a `ReplaySandbox`, and every command,
 file, REPL snippet and random draw is answered from the recording (a grader's secret is derived again),
-in order, scope by scope (see `envhub.sandbox.recording`). The env must reach the recorded observations
+in order, scope by scope (see `envhub.record.tape`). The env must reach the recorded observations
 turn by turn; the first turn where it does not (a call the recording does not hold, a different answer, an
 ending in another place) is the divergence. The reward is whatever the current reward code makes of the
 replayed episode, so a grader fix is applied to an old episode without rebuilding its sandboxes.
@@ -19,12 +19,13 @@ from pydantic import BaseModel, ConfigDict
 
 from envhub.core import Env, StepInfo
 from envhub.messages import Message
-from envhub.records import Episode, RecordedCall
+from envhub.record import seal
+from envhub.record import tape as tapes
+from envhub.record.calls import RecordedCall
+from envhub.record.stand_in import ReplaySandbox
+from envhub.record.tape import Divergence
+from envhub.records import Episode
 from envhub.registration import make
-from envhub.replay import seal
-from envhub.replay.sandbox import ReplaySandbox
-from envhub.sandbox import recording as tapes
-from envhub.sandbox.recording import Divergence
 
 DIFF_LINES = 12
 

@@ -31,7 +31,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from envhub.records import Episode, Recording
+from envhub.record.calls import Recording
+from envhub.records import Episode
 from envhub.settings import settings, variable
 
 KEY_FILE_ENV = variable("recording_key_file")

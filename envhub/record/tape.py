@@ -11,33 +11,28 @@ Calls are kept apart by *scope*: the turn (0 for reset, k for the k-th step) and
 call that made them (tools of one message run concurrently, so their calls interleave differently
 from run to run; within one tool call, and outside tools, the order is the program's).
 
-`Sandbox.__init_subclass__` calls `instrument` on every backend, so each backend's own `exec`,
-`write_file`, `read_file`, `upload_dir`, `download` and `report` are recorded without the backend
-knowing, and its `create` gives a stand-in (`envhub.replay.sandbox.ReplaySandbox`) while replaying: no
-sandbox starts. Nothing changes a call when no tape is active. The recording's records themselves are
-`envhub.records.Recording`; replaying a stored episode is `envhub.replay`.
+The tape itself knows no sandbox: the sandboxes' and the worker's hooks are `envhub.record.sandbox_calls`,
+so this module sits in the contract layer, where `make()`'s wrappers can reach it. Nothing changes a call
+when no tape is active. The recording's records themselves are `envhub.record.calls.Recording`;
+replaying a stored episode is `envhub.record.replay`.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import functools
 import hashlib
-import inspect
 import json
 import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
-from envhub.records import Json, Kind, RecordedCall, Recording
+from envhub.record.calls import Json, Kind, RecordedCall, Recording
 
 if TYPE_CHECKING:
     from envhub.messages import Message, ToolCall
-    from envhub.sandbox.worker import PythonWorker
 
 INLINE_CHARS = 4096
 """Longer strings in a call's input (a script passed with `-c`, a file written) are kept as a digest,
@@ -73,7 +68,7 @@ class Tape:
     ) -> None:
         """`stand_in(policy, backend)` makes what a replay gets instead of a sandbox (`ReplaySandbox`);
         `secrets(label, n)` derives a grader's secret, the same in the recording and in its replay
-        (`envhub.replay.seal.Secrets`: keyed by the user's recording key, which this module never sees).
+        (`envhub.record.seal.Secrets`: keyed by the user's recording key, which this module never sees).
         """
         self.mode = mode
         self._stand_in = stand_in
@@ -144,7 +139,7 @@ class Tape:
         if self._secrets is None:
             raise RuntimeError(
                 "this tape was made without a way to derive secrets (Tape(secrets=...)); record and "
-                "replay episodes through envhub.rollout and envhub.replay, which key it"
+                "replay episodes through envhub.rollout and envhub.record.replay, which key it"
             )
         where = (self.turn, _SCOPE.get())
         index = self._drawn.get(where, 0)
@@ -339,191 +334,6 @@ class SystemRandom(random.SystemRandom):
 
     def randbytes(self, n: int) -> bytes:
         return token_bytes(n)
-
-
-# -- the hooks: the sandbox, its Python worker, the tool dispatcher ----------------------------------------
-
-T = TypeVar("T")
-
-RECORDED = ("exec", "write_file", "read_file", "upload_dir", "download", "report")
-
-
-def instrument(cls: type) -> None:
-    """Record (or answer from the tape) the sandbox calls `cls` defines itself."""
-    for name in RECORDED:
-        method = cls.__dict__.get(name)
-        if method is None or getattr(method, "__recorded__", False):
-            continue
-        wrapped = _sync_call(name, method) if name == "report" else _async_call(name, method)
-        setattr(wrapped, "__recorded__", True)  # noqa: B010 - a function attribute mypy does not know
-        setattr(cls, name, wrapped)
-    create = cls.__dict__.get("create")
-    if isinstance(create, classmethod):
-        setattr(cls, "create", classmethod(_create(create.__func__)))  # noqa: B010 - any backend class
-
-
-def _create(real: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    @functools.wraps(real)
-    async def create(cls: type, policy: Any, *args: Any, **kwargs: Any) -> Any:
-        tape = current()
-        if tape is not None and tape.replaying:
-            return tape.stand_in(policy, getattr(cls, "backend", "replay"))
-        return await real(cls, policy, *args, **kwargs)
-
-    return create
-
-
-def _async_call(name: str, real: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    signature = inspect.signature(real)
-
-    @functools.wraps(real)
-    async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        tape = current()
-        if tape is None:
-            return await real(self, *args, **kwargs)
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
-        given = _input(name, tape.redact(arguments))
-        if tape.replaying:
-            recorded = tape.answer("sandbox", name, given)
-            _raise_recorded(recorded.error)
-            return _replayed(name, recorded.output, arguments)
-        with inside():
-            try:
-                result = await real(self, *args, **kwargs)
-            except Exception as exc:
-                tape.record("sandbox", name, given, error=exc)
-                raise
-        tape.record("sandbox", name, given, _output(name, result, arguments))
-        return result
-
-    return call
-
-
-def _sync_call(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(real)
-    def call(self: Any) -> Any:
-        tape = current()
-        if tape is None:
-            return real(self)
-        if tape.replaying:
-            from envhub.sandbox.policy import IsolationReport
-
-            return IsolationReport.model_validate(tape.answer("sandbox", name, None).output)
-        result = real(self)
-        tape.record("sandbox", name, None, result.model_dump(mode="json"))
-        return result
-
-    return call
-
-
-def _input(name: str, arguments: dict[str, Any]) -> Json:
-    """What identifies a call. Host paths (`local_dir`, `local_dest`) are left out: they are temporary
-    folders that differ from run to run; what was uploaded is identified by its content."""
-    if name == "upload_dir":
-        return {"dest": arguments["dest"], "tree": _tree_digest(Path(arguments["local_dir"]))}
-    if name == "download":
-        return {"path": arguments["path"]}
-    return kept(arguments)
-
-
-def _output(name: str, result: Any, arguments: dict[str, Any]) -> Json:
-    if name == "exec":
-        return result.model_dump(mode="json")
-    if name == "read_file":
-        return blob(result)
-    if name == "download":
-        return _tree(Path(arguments["local_dest"]))
-    return None
-
-
-def _replayed(name: str, output: Json, arguments: dict[str, Any]) -> Any:
-    if name == "exec":
-        from envhub.sandbox.results import ExecResult
-
-        return ExecResult.model_validate(output)
-    if name == "read_file":
-        return unblob(output, f"the file {arguments['path']}")
-    if name == "download":
-        _write_tree(Path(arguments["local_dest"]), output)
-    return None
-
-
-def _tree_digest(root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-def _tree(dest: Path) -> Json:
-    """What a download left at `dest`: one file, or a folder's files by relative path."""
-    if dest.is_file():
-        return {"file": blob(dest.read_bytes())}
-    files = sorted(p for p in dest.rglob("*") if p.is_file() and not p.is_symlink())
-    return {"files": {p.relative_to(dest).as_posix(): blob(p.read_bytes()) for p in files}}
-
-
-def _write_tree(dest: Path, output: Json) -> None:
-    if "file" in output:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(unblob(output["file"], f"the downloaded file {dest.name}"))
-        return
-    for relative, data in output["files"].items():
-        path = dest / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(unblob(data, f"the downloaded file {relative}"))
-    dest.mkdir(parents=True, exist_ok=True)
-
-
-def _raise_recorded(error: dict[str, str] | None) -> None:
-    """Raise what the recorded call raised: the same class where it is a builtin or a sandbox error."""
-    if error is None:
-        return
-    import builtins
-
-    from envhub.sandbox import results
-
-    cls = getattr(results, error["type"], None) or getattr(builtins, error["type"], None)
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        raise cls(error["message"])
-    raise RuntimeError(f"{error['type']}: {error['message']}")
-
-
-# -- the Python worker ------------------------------------------------------------------------------------
-
-
-def attach(worker: PythonWorker) -> bool:
-    """Record (or answer) this worker's snippets; True when it must not start (a replay)."""
-    tape = current()
-    if tape is None:
-        return False
-    real = worker.run
-
-    async def run(code: str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - the worker's own
-        tape = current()
-        if tape is None:
-            return await real(code, timeout=timeout)
-        given = kept(tape.redact({"code": code, "timeout": timeout}))
-        if tape.replaying:
-            from envhub.sandbox.worker import ReplResult
-
-            recorded = tape.answer("worker", "run", given)
-            _raise_recorded(recorded.error)
-            return ReplResult.model_validate(recorded.output)
-        with inside():
-            try:
-                result = await real(code, timeout=timeout)
-            except Exception as exc:
-                tape.record("worker", "run", given, error=exc)
-                raise
-        tape.record("worker", "run", given, result.model_dump(mode="json"))
-        return result
-
-    setattr(worker, "run", run)  # noqa: B010 - this worker only: one made outside a tape stays as it is
-    return tape.replaying
 
 
 # -- tool calls -------------------------------------------------------------------------------------------

@@ -69,6 +69,6 @@ class ReplaySandbox(Sandbox):
 
 def _outside() -> SandboxError:
     return SandboxError(
-        "a replay sandbox answers only while its episode is replayed (envhub.replay.replay_episode); "
+        "a replay sandbox answers only while its episode is replayed (envhub.record.replay.replay_episode); "
         "open a real sandbox to run commands"
     )

@@ -1,0 +1,203 @@
+"""The tape's hooks in the sandboxes: each backend's calls and its Python worker's snippets, recorded
+with the running episode or answered from its recording (`envhub.record.tape`).
+
+`Sandbox.__init_subclass__` calls `instrument` on every backend, so each backend's own `exec`,
+`write_file`, `read_file`, `upload_dir`, `download` and `report` are recorded without the backend
+knowing, and its `create` gives a stand-in (`envhub.record.stand_in.ReplaySandbox`) while replaying: no
+sandbox starts. Nothing changes a call when no tape is active.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envhub.record.calls import Json
+from envhub.record.tape import blob, current, inside, kept, unblob
+
+if TYPE_CHECKING:
+    from envhub.sandbox.worker import PythonWorker
+
+RECORDED = ("exec", "write_file", "read_file", "upload_dir", "download", "report")
+
+
+def instrument(cls: type) -> None:
+    """Record (or answer from the tape) the sandbox calls `cls` defines itself."""
+    for name in RECORDED:
+        method = cls.__dict__.get(name)
+        if method is None or getattr(method, "__recorded__", False):
+            continue
+        wrapped = _sync_call(name, method) if name == "report" else _async_call(name, method)
+        setattr(wrapped, "__recorded__", True)  # noqa: B010 - a function attribute mypy does not know
+        setattr(cls, name, wrapped)
+    create = cls.__dict__.get("create")
+    if isinstance(create, classmethod):
+        setattr(cls, "create", classmethod(_create(create.__func__)))  # noqa: B010 - any backend class
+
+
+def _create(real: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(real)
+    async def create(cls: type, policy: Any, *args: Any, **kwargs: Any) -> Any:
+        tape = current()
+        if tape is not None and tape.replaying:
+            return tape.stand_in(policy, getattr(cls, "backend", "replay"))
+        return await real(cls, policy, *args, **kwargs)
+
+    return create
+
+
+def _async_call(name: str, real: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    signature = inspect.signature(real)
+
+    @functools.wraps(real)
+    async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        tape = current()
+        if tape is None:
+            return await real(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
+        given = _input(name, tape.redact(arguments))
+        if tape.replaying:
+            recorded = tape.answer("sandbox", name, given)
+            _raise_recorded(recorded.error)
+            return _replayed(name, recorded.output, arguments)
+        with inside():
+            try:
+                result = await real(self, *args, **kwargs)
+            except Exception as exc:
+                tape.record("sandbox", name, given, error=exc)
+                raise
+        tape.record("sandbox", name, given, _output(name, result, arguments))
+        return result
+
+    return call
+
+
+def _sync_call(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(real)
+    def call(self: Any) -> Any:
+        tape = current()
+        if tape is None:
+            return real(self)
+        if tape.replaying:
+            from envhub.sandbox.policy import IsolationReport
+
+            return IsolationReport.model_validate(tape.answer("sandbox", name, None).output)
+        result = real(self)
+        tape.record("sandbox", name, None, result.model_dump(mode="json"))
+        return result
+
+    return call
+
+
+def _input(name: str, arguments: dict[str, Any]) -> Json:
+    """What identifies a call. Host paths (`local_dir`, `local_dest`) are left out: they are temporary
+    folders that differ from run to run; what was uploaded is identified by its content."""
+    if name == "upload_dir":
+        return {"dest": arguments["dest"], "tree": _tree_digest(Path(arguments["local_dir"]))}
+    if name == "download":
+        return {"path": arguments["path"]}
+    return kept(arguments)
+
+
+def _output(name: str, result: Any, arguments: dict[str, Any]) -> Json:
+    if name == "exec":
+        return result.model_dump(mode="json")
+    if name == "read_file":
+        return blob(result)
+    if name == "download":
+        return _tree(Path(arguments["local_dest"]))
+    return None
+
+
+def _replayed(name: str, output: Json, arguments: dict[str, Any]) -> Any:
+    if name == "exec":
+        from envhub.sandbox.results import ExecResult
+
+        return ExecResult.model_validate(output)
+    if name == "read_file":
+        return unblob(output, f"the file {arguments['path']}")
+    if name == "download":
+        _write_tree(Path(arguments["local_dest"]), output)
+    return None
+
+
+def _tree_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _tree(dest: Path) -> Json:
+    """What a download left at `dest`: one file, or a folder's files by relative path."""
+    if dest.is_file():
+        return {"file": blob(dest.read_bytes())}
+    files = sorted(p for p in dest.rglob("*") if p.is_file() and not p.is_symlink())
+    return {"files": {p.relative_to(dest).as_posix(): blob(p.read_bytes()) for p in files}}
+
+
+def _write_tree(dest: Path, output: Json) -> None:
+    if "file" in output:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(unblob(output["file"], f"the downloaded file {dest.name}"))
+        return
+    for relative, data in output["files"].items():
+        path = dest / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(unblob(data, f"the downloaded file {relative}"))
+    dest.mkdir(parents=True, exist_ok=True)
+
+
+def _raise_recorded(error: dict[str, str] | None) -> None:
+    """Raise what the recorded call raised: the same class where it is a builtin or a sandbox error."""
+    if error is None:
+        return
+    import builtins
+
+    from envhub.sandbox import results
+
+    cls = getattr(results, error["type"], None) or getattr(builtins, error["type"], None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        raise cls(error["message"])
+    raise RuntimeError(f"{error['type']}: {error['message']}")
+
+
+# -- the Python worker ------------------------------------------------------------------------------------
+
+
+def attach(worker: PythonWorker) -> bool:
+    """Record (or answer) this worker's snippets; True when it must not start (a replay)."""
+    tape = current()
+    if tape is None:
+        return False
+    real = worker.run
+
+    async def run(code: str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - the worker's own
+        tape = current()
+        if tape is None:
+            return await real(code, timeout=timeout)
+        given = kept(tape.redact({"code": code, "timeout": timeout}))
+        if tape.replaying:
+            from envhub.sandbox.worker import ReplResult
+
+            recorded = tape.answer("worker", "run", given)
+            _raise_recorded(recorded.error)
+            return ReplResult.model_validate(recorded.output)
+        with inside():
+            try:
+                result = await real(code, timeout=timeout)
+            except Exception as exc:
+                tape.record("worker", "run", given, error=exc)
+                raise
+        tape.record("worker", "run", given, result.model_dump(mode="json"))
+        return result
+
+    setattr(worker, "run", run)  # noqa: B010 - this worker only: one made outside a tape stays as it is
+    return tape.replaying
