@@ -177,7 +177,12 @@ LAYERS: tuple[Layer, ...] = (
     ),
     Layer(
         _FORMATS,
-        ("envhub.formats", "envhub.integrations", "envhub.integrations.harbor"),
+        (
+            "envhub.formats",
+            "envhub.integrations",
+            "envhub.integrations.harbor",
+            "envhub.integrations.openenv",
+        ),
         (_CONTRACT, _PLUMBING, _AUTHORING, _SANDBOXES, _GRADERS),
         "Envs written in other projects' formats (OpenEnv, verifiers, Harbor), built like any env on the "
         "authoring bases; the registry finds them by entry point, so they never import the registry.",
@@ -205,10 +210,12 @@ LAYERS: tuple[Layer, ...] = (
     ),
     Layer(
         _SERVE,
-        ("envhub.serve",),
+        ("envhub.serve", "envhub.integrations.openenv.routes"),
         (_CONTRACT, _PLUMBING, _REGISTRY, _FORMATS, _LOCK),
-        "`envhub serve` and its client (`ws://` ids), OpenEnv's endpoints and the connection doors: a "
-        "server makes envs by id and speaks the formats' wire, and nothing it does is needed to make one.",
+        "`envhub serve` and its client (`ws://` ids), its one session class and the connection doors: a "
+        "server makes envs by id, and nothing it does is needed to make one. OpenEnv's endpoints live "
+        "with OpenEnv's wire in `envhub.integrations.openenv` (one home for OpenEnv both ways) but sit in "
+        "this layer, as a thin translation of OpenEnv's frames into the serve session's calls.",
     ),
     Layer(
         _RUNNER,

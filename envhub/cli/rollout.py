@@ -203,7 +203,7 @@ def rollout(
         player = factory()  # a bad spec or setting fails here, before anything runs
         label = _label(policy, model, sampling, rollouts, fork_at, group)
         if concurrency is None and env_id.startswith("openenv:"):
-            from envhub.formats.openenv.env import rollout_concurrency  # only for openenv: ids
+            from envhub.integrations.openenv.env import rollout_concurrency  # only for openenv: ids
 
             concurrency, note = rollout_concurrency(env_id, 8)
             if note:

@@ -29,11 +29,11 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from envhub.core import Env, EpisodeStateError
+from envhub.integrations.openenv.routes import openenv_routes
 from envhub.lock.stamp import stamp
 from envhub.registration import registry
 from envhub.serve import protocol as p
 from envhub.serve.doors import Doors
-from envhub.serve.openenv_routes import openenv_routes
 
 COUNTERS = (
     "sessions_opened",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import envhub
-from envhub.formats.openenv.env import TOKEN_ENV, OpenEnvEnv, session_capacity
+from envhub.integrations.openenv.env import TOKEN_ENV, OpenEnvEnv, session_capacity
 from envhub.messages import Message, ToolCall
 from tests.envhub_testkit.processes import interrupt
 

@@ -39,7 +39,7 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from envhub.core import Action, Env, EpisodeStateError, Observation
-from envhub.formats.openenv import wire
+from envhub.integrations.openenv import wire
 from envhub.registration import registry
 from envhub.serve import protocol as p
 

@@ -30,7 +30,7 @@ from websockets.exceptions import ConnectionClosed
 
 import envhub
 from envhub.core import parse_action, recorded_action
-from envhub.formats.openenv.env import TOKEN_ENV
+from envhub.integrations.openenv.env import TOKEN_ENV
 from envhub.policies import OraclePolicy
 from tests.envhub_testkit.processes import interrupt
 from tests.test_serve import TOKEN, Server

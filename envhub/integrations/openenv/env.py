@@ -29,8 +29,8 @@ from pydantic import ValidationError
 
 from envhub.authoring.chat import ChatEnv, Reaction
 from envhub.core import InfrastructureError
-from envhub.formats.openenv import wire
 from envhub.inference.client import bearer
+from envhub.integrations.openenv import wire
 from envhub.messages import Message, ToolCall, tool_result, user
 from envhub.settings import settings, variable
 from envhub.tools import ToolSpec
