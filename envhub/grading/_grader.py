@@ -20,6 +20,7 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 PR_SET_DUMPABLE = 4
@@ -181,30 +182,11 @@ def why(reason: str, child: Child, timeout: float) -> str:
     return "the solution's process broke the result protocol"
 
 
-def main() -> None:
-    private = make_private()
-    payload = json.loads(sys.stdin.buffer.read())
-    key = bytes.fromhex(payload["nonce"])
-    sys.set_int_max_str_digits(0)
-
-    def emit(record: dict[str, Any]) -> None:
-        body = json.dumps(record, separators=(",", ":"))
-        mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
-        sys.stdout.write(f"ENVHUB-GRADE {mac} {body}\n")
-        sys.stdout.flush()
-
-    emit({"event": "started", "private": private})
-    helpers: dict[str, Any] = {"__name__": "envhub_probe"}
-    exec(payload["probe_source"], helpers)  # encode/decode, shared with the child; defines, runs nothing
-    decode = helpers["decode"]
-    checks: dict[str, Any] = {"__builtins__": builtins, "same": same, "math": math}
-    try:
-        exec(payload["prelude"], checks)
-        exec(payload["check_prelude"], checks)  # the checks' own values: never sent to the child
-    except Exception as exc:
-        emit({"event": "error", "message": f"the tests' prelude failed: {type(exc).__name__}: {exc}"})
-        return
-
+def run_tests(
+    payload: dict[str, Any], verdict: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+) -> tuple[list[Any], int]:
+    """Each test's result, and how many solution processes it took: a crash, a timeout or an answer out
+    of order costs the test it happened on, and a fresh process runs the tests left."""
     tests: list[dict[str, Any]] = payload["tests"]
     results: list[dict[str, Any] | None] = [None] * len(tests)
     pending = list(range(len(tests)))
@@ -213,18 +195,6 @@ def main() -> None:
 
     def left(timeout: float) -> float:
         return max(0.0, min(timeout, end - time.monotonic()))
-
-    def verdict(test: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
-        """The test's result from the solution's answer; `answered` tells it from a crash or timeout."""
-        if message.get("ok") is not True:
-            return {"passed": False, "error": str(message.get("error", "failed"))[:2000], "answered": True}
-        if test["mode"] == "statement":
-            return {"passed": True, "error": None, "answered": True}
-        try:
-            value = decode(message["value"])
-        except Exception:
-            return {"passed": False, "error": "the solution's value could not be read", "answered": True}
-        return {**judge(test["check"], value, checks), "answered": True}
 
     while pending:
         if end - time.monotonic() <= 0:
@@ -263,6 +233,46 @@ def main() -> None:
                 break  # a fresh process for the tests left
             results[i] = verdict(tests[i], message)
         child.stop()
+    return results, children
+
+
+def main() -> None:
+    private = make_private()
+    payload = json.loads(sys.stdin.buffer.read())
+    key = bytes.fromhex(payload["nonce"])
+    sys.set_int_max_str_digits(0)
+
+    def emit(record: dict[str, Any]) -> None:
+        body = json.dumps(record, separators=(",", ":"))
+        mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+        sys.stdout.write(f"ENVHUB-GRADE {mac} {body}\n")
+        sys.stdout.flush()
+
+    emit({"event": "started", "private": private})
+    helpers: dict[str, Any] = {"__name__": "envhub_probe"}
+    exec(payload["probe_source"], helpers)  # encode/decode, shared with the child; defines, runs nothing
+    decode = helpers["decode"]
+    checks: dict[str, Any] = {"__builtins__": builtins, "same": same, "math": math}
+    try:
+        exec(payload["prelude"], checks)
+        exec(payload["check_prelude"], checks)  # the checks' own values: never sent to the child
+    except Exception as exc:
+        emit({"event": "error", "message": f"the tests' prelude failed: {type(exc).__name__}: {exc}"})
+        return
+
+    def verdict(test: dict[str, Any], message: dict[str, Any]) -> dict[str, Any]:
+        """The test's result from the solution's answer; `answered` tells it from a crash or timeout."""
+        if message.get("ok") is not True:
+            return {"passed": False, "error": str(message.get("error", "failed"))[:2000], "answered": True}
+        if test["mode"] == "statement":
+            return {"passed": True, "error": None, "answered": True}
+        try:
+            value = decode(message["value"])
+        except Exception:
+            return {"passed": False, "error": "the solution's value could not be read", "answered": True}
+        return {**judge(test["check"], value, checks), "answered": True}
+
+    results, children = run_tests(payload, verdict)
     kill_others()
     emit({"event": "done", "children": children, "results": results})
 
