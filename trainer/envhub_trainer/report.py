@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from envhub_trainer.metrics import StepMetrics, read_metrics, steps
+from envhub_trainer.metrics import EvalMetrics, StepMetrics, read_metrics, steps
 
 
 def _samples(path: Path) -> list[dict[str, Any]]:
@@ -80,13 +80,9 @@ def _memory_summary(trained: list[StepMetrics]) -> str:
     return f"Peak RSS: {top:.2f} GiB at step {step}{change}."
 
 
-def write_report(run_dir: Path, out: Path | None = None) -> Path:
-    """Curves, the time split between rollout (generation, env) and training, and sample episodes."""
-    metrics = read_metrics(run_dir)
-    if not metrics and not (run_dir / "config.json").exists():
-        raise ValueError(f"{run_dir} is not a training run directory (no metrics.jsonl or config.json)")
-    trained = steps(metrics)
-
+def _time_split(trained: list[StepMetrics]) -> tuple[str, float]:
+    """The table rows of where a step's time went, and the time spent waiting for rollouts (apart: async
+    runs overlap it with training, so it is no share of the total)."""
     totals = {
         "generation_seconds": sum(r.generation_seconds for r in trained),
         "env_seconds": sum(r.env_seconds for r in trained),
@@ -101,7 +97,11 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
         for k, v in totals.items()
         if k != "rollout_wait_seconds"
     )
-    samples = _samples(run_dir / "samples.jsonl")
+    return breakdown, totals["rollout_wait_seconds"]
+
+
+def _episodes(samples: list[dict[str, Any]]) -> str:
+    """The latest 20 sample episodes, each a folded block of its turns."""
     episodes = []
     for sample in samples[-20:]:
         turns = "".join(
@@ -113,6 +113,51 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
             f"<details><summary>step {sample['step']}, reward {sample['reward']:.3f}</summary>"
             f"{turns}</details>"
         )
+    return "".join(episodes)
+
+
+def _charts(trained: list[StepMetrics], metrics: list[StepMetrics | EvalMetrics]) -> str:
+    """Reward, throughput, optimisation and memory curves, one SVG chart each."""
+    charts = [
+        _svg_chart(
+            "Reward",
+            {
+                "train reward": _curve((r.step, r.reward_mean) for r in trained),
+                "pass rate": _curve((r.step, r.pass_rate) for r in trained),
+                "held-out reward": _curve((r.step, r.eval_reward) for r in metrics),
+            },
+        ),
+        _svg_chart(
+            "Throughput (tokens/s)",
+            {
+                "rollout": _curve((r.step, r.rollout_tokens_per_second) for r in trained),
+                "train": _curve((r.step, r.train_tokens_per_second) for r in trained),
+            },
+        ),
+        _svg_chart(
+            "Optimisation",
+            {
+                "clip fraction": _curve((r.step, r.clip_fraction) for r in trained),
+                "kl": _curve((r.step, r.kl) for r in trained),
+                "IS weight mean": _curve((r.step, r.is_weight_mean) for r in trained),
+            },
+        ),
+        _svg_chart(
+            "Memory (GiB)", {"peak RSS of the step": _curve((r.step, r.peak_rss_gib) for r in trained)}
+        ),
+    ]
+    return "\n".join(charts)
+
+
+def write_report(run_dir: Path, out: Path | None = None) -> Path:
+    """Curves, the time split between rollout (generation, env) and training, and sample episodes."""
+    metrics = read_metrics(run_dir)
+    if not metrics and not (run_dir / "config.json").exists():
+        raise ValueError(f"{run_dir} is not a training run directory (no metrics.jsonl or config.json)")
+    trained = steps(metrics)
+
+    breakdown, rollout_wait = _time_split(trained)
+    episodes = _episodes(_samples(run_dir / "samples.jsonl"))
     config = (run_dir / "config.json").read_text() if (run_dir / "config.json").exists() else "{}"
     latest = trained[-1] if trained else None
     progress = (
@@ -129,45 +174,11 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
 <p>{len(trained)} steps logged; {
         progress
     }. The page reads the files as they are: reload it while the run goes on.</p>
-{
-        _svg_chart(
-            "Reward",
-            {
-                "train reward": _curve((r.step, r.reward_mean) for r in trained),
-                "pass rate": _curve((r.step, r.pass_rate) for r in trained),
-                "held-out reward": _curve((r.step, r.eval_reward) for r in metrics),
-            },
-        )
-    }
-{
-        _svg_chart(
-            "Throughput (tokens/s)",
-            {
-                "rollout": _curve((r.step, r.rollout_tokens_per_second) for r in trained),
-                "train": _curve((r.step, r.train_tokens_per_second) for r in trained),
-            },
-        )
-    }
-{
-        _svg_chart(
-            "Optimisation",
-            {
-                "clip fraction": _curve((r.step, r.clip_fraction) for r in trained),
-                "kl": _curve((r.step, r.kl) for r in trained),
-                "IS weight mean": _curve((r.step, r.is_weight_mean) for r in trained),
-            },
-        )
-    }
-{
-        _svg_chart(
-            "Memory (GiB)",
-            {"peak RSS of the step": _curve((r.step, r.peak_rss_gib) for r in trained)},
-        )
-    }
+{_charts(trained, metrics)}
 <p>{_memory_summary(trained)}</p>
 <h3>Where the time went</h3><table>{breakdown}</table>
-<p>Waiting for rollouts (async runs overlap them with training): {totals["rollout_wait_seconds"]:.1f} s</p>
-<h3>Sample episodes (latest 20)</h3>{"".join(episodes) or "<p>none yet</p>"}
+<p>Waiting for rollouts (async runs overlap them with training): {rollout_wait:.1f} s</p>
+<h3>Sample episodes (latest 20)</h3>{episodes or "<p>none yet</p>"}
 <h3>Configuration</h3><pre>{html.escape(config)}</pre></body></html>"""
     target = out or run_dir / "report.html"
     target.write_text(body)
