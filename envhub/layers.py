@@ -115,6 +115,7 @@ LAYERS: tuple[Layer, ...] = (
             "envhub.trace",
             "envhub.wrappers",
             "envhub.settings",
+            "envhub.reward_marker",
         ),
         (),
         "What an episode is (messages, tools, `Env`, specs, ids, records), the wrappers that hold any "
@@ -296,24 +297,6 @@ KNOWN_UPWARD: tuple[KnownUpward, ...] = (
         "imports only the contract and the event loop, so this is no cycle.",
         "issue 30, one home per part (H): the gymnasium adapter moves to `envhub/integrations/`, where "
         "`to_gymnasium` can live beside it.",
-    ),
-    KnownUpward(
-        "envhub.rewards.judge",
-        "envhub.authoring.rewards",
-        "The LLM judge's rubric marks its methods with the authoring layer's `@reward`.",
-        "not yet assigned in issue 30: the `@reward` marker belongs in the contract.",
-    ),
-    KnownUpward(
-        "envhub.rewards.reward_model",
-        "envhub.authoring.rewards",
-        "The reward-model rubric marks its methods with the authoring layer's `@reward`.",
-        "not yet assigned in issue 30: the `@reward` marker belongs in the contract.",
-    ),
-    KnownUpward(
-        "envhub.rewards.judge",
-        "envhub.policies.openai",
-        "The LLM judge asks its questions through the OpenAI policy.",
-        "not yet assigned in issue 30: the judge should ask through `envhub.inference` directly.",
     ),
 )
 """Imports that break the table today: the worklist of issue 30. Only ever shrinks."""

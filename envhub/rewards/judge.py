@@ -2,8 +2,9 @@
 
 The judge's reply must be one JSON object of a fixed schema and nothing else, because a score scraped out
 of free prose is a score nobody can audit. A reply that breaks the schema is re-asked a few times. HTTP
-faults (rate limits, 5xx, timeouts) are retried by the same client `OpenAIPolicy` uses, and verdicts are
-cached so re-grading a batch costs nothing.
+faults (rate limits, 5xx, timeouts) are retried by the client every model caller shares
+(`envhub.inference.client`, as `OpenAIPolicy` is), and verdicts are cached so re-grading a batch costs
+nothing.
 
 Who is to blame for a failure decides what it costs. What the agent controls (its answer, its earlier
 turns) can never make grading fail: text is repaired and cut deterministically before it is sent, an
@@ -20,11 +21,10 @@ import asyncio
 import hashlib
 import json
 import math
-import re
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
+import httpx
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -35,10 +35,10 @@ from pydantic import (
     model_validator,
 )
 
-from envhub.authoring.rewards import reward
 from envhub.core import InfrastructureError
+from envhub.inference.client import RequestNotSent, RetryingClient, ServerGaveUp, bearer, snippet
 from envhub.messages import Message, assistant, system, user
-from envhub.policies.openai import OpenAIPolicy, PolicyServerError
+from envhub.reward_marker import reward
 from envhub.rewards.cache import JudgeCache, cache_key
 from envhub.rewards.conversation import encodable, middle_cut, split_answer, task_only, transcript
 
@@ -54,7 +54,8 @@ Ungraded = Literal["answer_too_long", "answer_rejected", "answer_unusable"]
 4xx such as "context length exceeded") while a neutral answer was not; or no reply on schema while a
 neutral answer got one (an answer that talks the judge out of its format)."""
 
-_REJECTED = re.compile(r"rejected the request with (4\d\d)")
+_MAX_CONNECTIONS = 64
+"""Connections per event loop to the judge's server (as `OpenAIPolicy`'s default)."""
 
 
 class JudgeError(InfrastructureError):
@@ -142,6 +143,10 @@ class JudgeVerdict(BaseModel):
 
 class _Unusable(ValueError):
     """A reply that does not fit the schema; the message is sent back to the judge when re-asking."""
+
+
+class _Refused(Exception):
+    """The judge's server answered 4xx: not retried, and maybe caused by what the request carries."""
 
 
 class _Failed(Exception):
@@ -297,21 +302,23 @@ class LLMJudge:
                 "type": "json_schema",
                 "json_schema": {"name": "verdict", "schema": schema, "strict": True},
             }
-        self._client_options: dict[str, Any] = dict(
-            api_key=api_key,
-            temperature=temperature,
-            max_tokens=max_tokens,
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"the judge's server URL must start with http:// or https://, got {base_url!r}")
+        if timeout <= 0 or max_retries < 0:
+            raise ValueError(f"need timeout > 0 and max_retries >= 0; got {timeout} and {max_retries}")
+        self.base_url = base_url.rstrip("/")
+        self.url = f"{self.base_url}/chat/completions"
+        self.max_tokens = max_tokens
+        self.max_retries = max_retries
+        self._extra_body = body
+        # one client for every event loop: it keeps each loop's connections apart itself
+        self._http = RetryingClient(
             timeout=timeout,
             max_retries=max_retries,
             backoff=backoff,
             max_backoff=max_backoff,
-            extra_body=body,
-            logprobs=False,
-        )
-        self.base_url = OpenAIPolicy(base_url, model, **self._client_options).base_url  # validates options
-        # httpx clients belong to the event loop that made them, so each loop gets its own
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, OpenAIPolicy] = (
-            weakref.WeakKeyDictionary()
+            headers=bearer(api_key),
+            max_connections=_MAX_CONNECTIONS,
         )
         self._in_flight: dict[str, asyncio.Task[JudgeVerdict]] = {}
 
@@ -399,26 +406,21 @@ class LLMJudge:
 
     async def _ask(self, messages: list[Message]) -> JudgeVerdict:
         """A verdict; `_Failed` when the server refuses the request or the replies stay off-schema."""
-        client = self._client()
         conversation = list(messages)
         problems: list[str] = []
         raw = ""
         for attempt in range(1, self.max_reasks + 2):
             try:
-                generation = await client.act(conversation, [])
-            except PolicyServerError as exc:
-                refused = _REJECTED.search(str(exc))
-                if refused is not None and refused.group(1) != "429":
-                    raise _Failed(
-                        "answer_rejected",
-                        f"the judge's server refused the request: {exc}",
-                        raw=raw,
-                        attempts=attempt - 1,
-                    ) from exc
-                raise JudgeError(f"the judge {self.model!r} failed: {exc}") from exc
-            raw = generation.message.text
+                raw, model = await self._complete(conversation)
+            except _Refused as exc:
+                raise _Failed(
+                    "answer_rejected",
+                    f"the judge's server refused the request: {exc}",
+                    raw=raw,
+                    attempts=attempt - 1,
+                ) from exc
             try:
-                return parse_verdict(self.rubric, raw, model=generation.model or self.model, attempts=attempt)
+                return parse_verdict(self.rubric, raw, model=model, attempts=attempt)
             except _Unusable as exc:
                 problems.append(str(exc))
                 conversation = [
@@ -436,12 +438,63 @@ class LLMJudge:
             attempts=self.max_reasks + 1,
         )
 
-    def _client(self) -> OpenAIPolicy:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = self._clients[loop] = OpenAIPolicy(self.base_url, self.model, **self._client_options)
-        return client
+    def request_body(self, messages: list[Message]) -> dict[str, Any]:
+        """The JSON of one chat completion request: the conversation, the sampling settings, `extra_body`
+        (and the schema with `structured=True`) last."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [m.to_openai() for m in messages],
+            "temperature": self.temperature,
+            "top_p": 1.0,
+        }
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        return {**body, **self._extra_body}
+
+    async def _complete(self, messages: list[Message]) -> tuple[str, str]:
+        """The reply's text and the model that wrote it. Raises `_Refused` for a 4xx answer (the
+        request's content may be why) and JudgeError for what is the server's fault."""
+        try:
+            response = await self._http.post(self.url, self.request_body(messages))
+        except ServerGaveUp as exc:
+            raise JudgeError(
+                f"the judge {self.model!r} failed: the judge's server at {self.url} {exc.summary()}; "
+                f"{self._hint(exc)}"
+            ) from None
+        except RequestNotSent as exc:
+            raise JudgeError(f"the judge {self.model!r} failed: {exc}") from exc
+        code = response.status_code
+        if code >= 400:
+            body = snippet(response.text)
+            what = f"the judge's server at {self.url} rejected the request with {code} (body: {body})"
+            if code < 500:
+                raise _Refused(what)
+            raise JudgeError(f"the judge {self.model!r} failed: {what}; check its log")
+        return self._reply(response)
+
+    def _hint(self, gave_up: ServerGaveUp) -> str:
+        """What to check after the retries ran out, for the last kind of failure."""
+        kind = gave_up.last.kind
+        if kind == "timeout":
+            return "if the model is just slow, raise LLMJudge(timeout=...); otherwise check the server"
+        if kind == "unreachable":
+            return "is the server running, and is the URL right?"
+        retries = f"LLMJudge(max_retries=...) allows more attempts (now {self.max_retries})"
+        return f"is it overloaded or rate-limiting? {retries}"
+
+    def _reply(self, response: httpx.Response) -> tuple[str, str]:
+        """The assistant text and model of a chat completion, or JudgeError showing what came back."""
+        try:
+            data = response.json()
+            choice = data["choices"][0]
+            message = Message.from_openai({**choice["message"], "role": "assistant"})
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, ValidationError) as exc:
+            raise JudgeError(
+                f"the judge {self.model!r} failed: the judge's server at {self.url} answered "
+                f"{response.status_code} with a body that is not a chat completion ({type(exc).__name__}; "
+                f"body starts: {snippet(response.text)}); is the URL an OpenAI-compatible server's /v1?"
+            ) from exc
+        return message.text, str(data.get("model") or self.model)
 
     def as_reward(
         self, *, weight: float = 1.0, reference: Callable[[Any], str | None] | None = None
@@ -465,10 +518,7 @@ class LLMJudge:
 
     async def close(self) -> None:
         """Close this event loop's connections (and forget other loops', which closed with their loops)."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        self._clients.clear()
-        if client is not None:
-            await client.close()
+        await self._http.close()
 
     async def __aenter__(self) -> LLMJudge:
         return self

@@ -23,12 +23,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from envhub.authoring.rewards import reward
 from envhub.core import InfrastructureError
 from envhub.inference.batching import MicroBatcher
 from envhub.inference.chat_template import conversation_text
 from envhub.inference.client import RequestNotSent, RetryingClient, ServerGaveUp, bearer, snippet
 from envhub.messages import Message, TextPart, assistant
+from envhub.reward_marker import reward
 from envhub.rewards.conversation import as_messages, encodable, middle_cut, split_answer
 
 Prompt = str | list[Message]
