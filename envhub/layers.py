@@ -127,10 +127,11 @@ LAYERS: tuple[Layer, ...] = (
     ),
     Layer(
         _PLUMBING,
-        ("envhub.inference", "envhub.sync_loop"),
+        ("envhub.inference", "envhub.sync_loop", "envhub.websocket"),
         (_CONTRACT,),
         "What every model caller and every synchronous driver shares: the retrying HTTP client, "
-        "micro-batching, chat templates, the one background event loop. No env, sandbox or runner in it.",
+        "micro-batching, chat templates, the one background event loop, the one websocket connection "
+        "(its message cap) that every remote-env client opens. No env, sandbox or runner in it.",
     ),
     Layer(
         _AUTHORING,

@@ -11,18 +11,11 @@ carries one episode's state into the next. Imports nothing of the registry: it f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-
-try:
-    from websockets.asyncio.client import ClientConnection, connect
-    from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidMessage, InvalidStatus
-except ImportError as exc:  # the registry loads this module for any URL id
-    raise ImportError(f"remote envs need the serve extra: pip install 'envhub-core[serve]' ({exc})") from exc
 
 from envhub.core import Action, Env, EnvSpec, EpisodeStateError, InfrastructureError, Observation, StepResult
 from envhub.env_spec import refuse_unknown_options
@@ -31,6 +24,7 @@ from envhub.messages import Message
 from envhub.serve import protocol as p
 from envhub.settings import settings, variable
 from envhub.tools import ToolSpec
+from envhub.websocket import Connection, Refused
 
 _Reply = TypeVar("_Reply", p.Hello, p.ResetDone, p.StepDone, p.ReferenceDone)
 
@@ -38,10 +32,6 @@ TOKEN_ENV = variable("serve_token")
 """The environment variable a client reads its token from when none is given."""
 
 _SCHEMES = {"ws": "ws", "wss": "wss", "http": "ws", "https": "wss"}
-
-_DOOR_RETRIES = 4
-"""Retries (0.1, 0.2, 0.4, 0.8 s apart) of a connection the server closed at its door (all its
-connections, or all this address's pending ones, in use: envhub.serve.doors), not of a refused session."""
 
 
 class RemoteAccessDenied(PermissionError):
@@ -116,16 +106,18 @@ def _raise(error: p.Error, url: str) -> None:
     raise InfrastructureError(f"{url}: {error.kind}: {error.message}")
 
 
-def _refusal(exc: InvalidStatus) -> p.Error:
+def _refusal(refused: Refused) -> p.Error:
     """The server's reason for refusing a websocket upgrade (its body), or the status when it gave none."""
-    response = exc.response
     try:
-        return p.Error.model_validate_json(response.body or b"")
+        return p.Error.model_validate_json(refused.body)
     except ValueError:
-        said = (response.body or b"").decode(errors="replace").strip()[:300]
-        message = f"the server refused the connection: HTTP {response.status_code} {response.reason_phrase}"
-        message += f": {said}" if said else ""
-        return p.Error(kind="infrastructure", message=message)
+        return p.Error(kind="infrastructure", message=str(refused))
+
+
+def _at_the_door(refused: Refused) -> bool:
+    """A 503 with no envhub reason is a door closed for a moment (envhub.serve.doors), worth a retry; a
+    session refused as busy says so, and is not retried."""
+    return refused.status == 503 and _refusal(refused).kind == "infrastructure"
 
 
 class RemoteEnv(Env):
@@ -145,7 +137,7 @@ class RemoteEnv(Env):
         self._max_turns = max_turns
         self._headers = _headers(token)
         self._tools: list[ToolSpec] = []
-        self._socket: ClientConnection | None = None
+        self._socket: Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = asyncio.Lock()
         if max_turns is not None:
@@ -206,29 +198,13 @@ class RemoteEnv(Env):
     async def close(self) -> None:
         socket, self._socket = self._socket, None
         if socket is not None:
-            with contextlib.suppress(ConnectionClosed, OSError):  # already gone: nothing to release
-                await socket.send(p.Close().model_dump_json())
-                await socket.close()
+            await socket.close(p.Close().model_dump_json())
 
     async def _open(self) -> None:
-        unreachable = f"could not connect to the env server at {self.url}"
-        for attempt in range(_DOOR_RETRIES + 1):
-            last = attempt == _DOOR_RETRIES
-            try:
-                self._socket = await connect(
-                    self.url, additional_headers=self._headers, max_size=64 * 2**20, open_timeout=30
-                )
-                break
-            except InvalidStatus as exc:  # the server refused the upgrade: its answer says why
-                refusal = _refusal(exc)
-                if exc.response.status_code != 503 or refusal.kind != "infrastructure" or last:
-                    _raise(refusal, self.url)
-            except (ConnectionResetError, InvalidMessage) as exc:  # closed at the door, unread 503 and all
-                if last:
-                    raise InfrastructureError(f"{unreachable}: {exc}") from exc
-            except (OSError, InvalidHandshake, TimeoutError) as exc:
-                raise InfrastructureError(f"{unreachable}: {exc}") from exc
-            await asyncio.sleep(0.1 * 2**attempt)  # the server's doors were full for a moment: retry later
+        try:
+            self._socket = await Connection.open(self.url, self._headers, retry_refused=_at_the_door)
+        except Refused as refused:  # the server refused the upgrade: its answer says why
+            _raise(_refusal(refused), self.url)
         self._loop = asyncio.get_running_loop()
         hello = await self._ask(p.Open(kwargs=self.kwargs, max_turns=self._max_turns), p.Hello)
         self.spec = remote_spec(self.base, hello.spec)
@@ -242,14 +218,10 @@ class RemoteEnv(Env):
             raise EpisodeStateError(f"{self.url}: the session is closed; reset() to start an episode")
         async with self._lock:
             try:
-                await socket.send(frame.model_dump_json())
-                reply = p.server_frame.validate_json(await socket.recv())
-            except (ConnectionClosed, OSError) as exc:
+                reply = p.server_frame.validate_json(await socket.ask(frame.model_dump_json()))
+            except InfrastructureError:
                 self._socket = None
-                raise InfrastructureError(
-                    f"the connection to {self.url} dropped mid-episode ({exc}); the episode is lost, "
-                    "play it again"
-                ) from exc
+                raise
         if isinstance(reply, p.Error):
             if reply.kind != "episode_state":
                 await self.close()

@@ -34,6 +34,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.utils import get_remote_addr
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+from envhub.websocket import MAX_MESSAGE_BYTES
+
 Peer = tuple[str, int]
 
 CLOSE_TIMEOUT = 2.0
@@ -61,8 +63,8 @@ class Doors:
     max_pending_per_client: int = 256
     header_timeout: float = 10.0
     open_max_bytes: int = 64 * 2**10
-    frame_max_bytes: int = 64 * 2**20
-    """The frame cap once a session is authorised (uvicorn's `ws_max_size`)."""
+    frame_max_bytes: int = MAX_MESSAGE_BYTES
+    """The frame cap once a session is authorised (uvicorn's `ws_max_size`): the clients' one cap."""
     counts: Counter[str] = field(default_factory=Counter)
     _live: dict[int, _Connection] = field(default_factory=dict)
     _by_peer: dict[Peer, _Connection] = field(default_factory=dict)

@@ -34,14 +34,7 @@ from envhub.integrations.openenv import wire
 from envhub.messages import Message, ToolCall, tool_result, user
 from envhub.settings import settings, variable
 from envhub.tools import ToolSpec
-
-try:
-    from websockets.asyncio.client import ClientConnection, connect
-    from websockets.exceptions import ConnectionClosed, InvalidHandshake
-except ImportError as exc:  # the format hook imports this module for any openenv: id
-    raise ImportError(
-        f"openenv: envs need the serve extra: pip install 'envhub-core[serve]' ({exc})"
-    ) from exc
+from envhub.websocket import Connection, Refused
 
 _WS_SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
 
@@ -207,7 +200,7 @@ class OpenEnvEnv(ChatEnv):
         self._headers = bearer(_token())
         self.schemas = fetch_schemas(self.url, self._headers)
         self.action = ActionShape.of(self.schemas.action)
-        self._socket: ClientConnection | None = None
+        self._socket: Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = asyncio.Lock()
         self._observation: dict[str, Any] = {}
@@ -257,9 +250,7 @@ class OpenEnvEnv(ChatEnv):
     async def close(self) -> None:
         socket, self._socket = self._socket, None
         if socket is not None:
-            with contextlib.suppress(ConnectionClosed, OSError):  # already gone: nothing to release
-                await socket.send(wire.Close().model_dump_json())
-                await socket.close()
+            await socket.close(wire.Close().model_dump_json())
 
     def _observed(self, reply: wire.Reply, asked: str) -> wire.StepData:
         if not isinstance(reply, wire.ObservationFrame):
@@ -292,18 +283,11 @@ class OpenEnvEnv(ChatEnv):
                 )
         async with self._lock:
             socket = self._socket or await self._connect()
-            text: str | bytes | None
             try:
-                await socket.send(frame.model_dump_json())
-                text = await asyncio.wait_for(socket.recv(), self.timeout)
-            except (ConnectionClosed, OSError, TimeoutError) as exc:
+                text = await socket.ask(frame.model_dump_json(), reply_seconds=self.timeout)
+            except InfrastructureError:
                 self._socket = None
-                text = await _last_words(socket) if isinstance(exc, ConnectionClosed) else None
-                if text is None:
-                    raise InfrastructureError(
-                        f"the connection to {self.ws_url} dropped mid-episode ({type(exc).__name__}: "
-                        f"{exc}); the episode is lost, play it again"
-                    ) from exc
+                raise
         try:
             reply = wire.server_frame.validate_json(text)
         except ValidationError as exc:
@@ -312,27 +296,15 @@ class OpenEnvEnv(ChatEnv):
             await self.close()  # the server may have ended the session; the next reset opens a new one
         return reply
 
-    async def _connect(self) -> ClientConnection:
+    async def _connect(self) -> Connection:
         try:
-            self._socket = await connect(
-                self.ws_url, additional_headers=self._headers, max_size=100 * 2**20, open_timeout=30
-            )
-        except (OSError, InvalidHandshake, TimeoutError) as exc:
+            self._socket = await Connection.open(self.ws_url, self._headers, what="the OpenEnv server")
+        except Refused as refused:
             raise InfrastructureError(
-                f"could not connect to the OpenEnv server at {self.ws_url}: {exc}"
-            ) from exc
+                f"could not connect to the OpenEnv server at {self.ws_url}: {refused}"
+            ) from refused
         self._loop = asyncio.get_running_loop()
         return self._socket
-
-
-async def _last_words(socket: ClientConnection) -> str | None:
-    """A frame the server sent before it closed the socket (openenv-core refuses a full server so, on
-    connect), or None: read it so the refusal says why instead of "the connection dropped"."""
-    try:
-        message = await socket.recv()  # the socket is closed: a frame it kept, or ConnectionClosed now
-    except (ConnectionClosed, OSError):
-        return None
-    return message if isinstance(message, str) else message.decode()
 
 
 def _errors(reply: wire.ErrorFrame) -> str:

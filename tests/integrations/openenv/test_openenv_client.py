@@ -20,7 +20,7 @@ from envhub.integrations.openenv.env import TOKEN_ENV, OpenEnvEnv, session_capac
 from envhub.messages import Message, ToolCall
 from tests.envhub_testkit.processes import interrupt
 
-DATA = Path(__file__).parents[1] / "data"
+DATA = Path(__file__).parents[2] / "data"
 
 
 class Uvicorn:
