@@ -24,7 +24,6 @@ STILL_LONG: frozenset[str] = frozenset(
         "envs/swe/envhub_swe/validate.py::validate",
         "envs/swe/envhub_swe/validate.py::validate.one",
         "envs/swe/envhub_swe/guard/sitecustomize.py::_install",
-        "trainer/envhub_trainer/grpo.py::_train",
     }
 )
 

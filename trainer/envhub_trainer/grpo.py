@@ -402,15 +402,31 @@ def train(
 async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
     """Every rank loads (or resumes) the model and optimiser; rank 0 then runs the loop, rolling out and
     logging, and the other ranks `follow` it, training on their share of each step."""
-    from transformers import AutoModelForCausalLM
-
     run = Run(config.run_dir)
-    lead = distributed.rank() == 0
-    if lead:
+    if distributed.rank() == 0:
         run.directory.mkdir(parents=True, exist_ok=True)
         (run.directory / "config.json").write_text(config.model_dump_json(indent=2, by_alias=True))
     resume = (run.checkpoint / "state.json").exists()
     source = run.checkpoint / "model" if resume else config.model
+    model, ref_model, optimiser, state = _load_model(config, run, source, resume)
+    weights = distributed.full_state_dict(model)
+    if distributed.rank() != 0:
+        follow(model, optimiser, config, ref_model)  # blocking: nothing else runs on this rank
+        return []
+    lead = _Lead(config, run, model, ref_model, optimiser, weights, state if resume else None)
+    try:  # whatever fails on rank 0 from here, the others are told to stop (unless mid-step with it)
+        return await lead.loop(source, on_step)
+    finally:
+        lead.close()
+
+
+def _load_model(
+    config: TrainConfig, run: Run, source: Path, resume: bool
+) -> tuple[Any, Any, torch.optim.Optimizer, dict[str, Any]]:
+    """The model (sharded under data parallelism), its frozen reference (None without a KL term), the
+    optimiser and, when resuming, the checkpoint's state (`{}` on a fresh run)."""
+    from transformers import AutoModelForCausalLM
+
     torch.manual_seed(config.seed)
     random.seed(config.seed)
     dtype = getattr(torch, config.dtype)
@@ -425,38 +441,97 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
     optimiser = torch.optim.AdamW(
         model.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=True
     )
-    step = version = 0
     state: dict[str, Any] = {}
     if resume:
         state, optimiser_state = load_checkpoint(run)
         distributed.load_optimiser_state(model, optimiser, optimiser_state)
-        step, version = state["step"], state["version"]
         if ref_model is not None:  # the reference is the run's starting model, not the checkpoint
             reference: Any = AutoModelForCausalLM.from_pretrained(
                 config.model, local_files_only=True, dtype=dtype
             )
             ref_model = reference.to(config.device).eval()
-    weights = distributed.full_state_dict(model)
-    if not lead:
-        follow(model, optimiser, config, ref_model)  # blocking: nothing else runs on this rank
-        return []
+    return model, ref_model, optimiser, state
 
-    pending: asyncio.Task[RolloutBatch] | None = None
-    engine: RolloutEngine | None = None
-    step_thread = memory.step_thread()  # every step on one thread: its freed memory is reused
-    followers_wait = distributed.world_size() > 1  # in `follow`, for the next share
-    try:  # whatever fails on rank 0 from here, the others are told to stop (unless mid-step with it)
-        engine = make_engine(config, source)
-        pad_id = engine.tokenizer.pad_token_id or 0
+
+class _Lead:
+    """Rank 0's loop and what it holds between steps: the engine, the task sampler, the trainer's
+    weights and their version, and the rollout generating ahead (async runs)."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        run: Run,
+        model: Any,
+        ref_model: Any,
+        optimiser: torch.optim.Optimizer,
+        weights: dict[str, torch.Tensor],
+        resumed: dict[str, Any] | None,
+    ) -> None:
+        """`resumed`: the checkpoint's state when resuming, None on a fresh run."""
+        self.config, self.run, self.model, self.ref_model, self.optimiser = (
+            config,
+            run,
+            model,
+            ref_model,
+            optimiser,
+        )
+        self.weights = weights
+        self.resumed = resumed
+        self.step: int = resumed["step"] if resumed is not None else 0
+        self.version: int = resumed["version"] if resumed is not None else 0
+        self.pending: asyncio.Task[RolloutBatch] | None = None
+        self.engine: RolloutEngine | None = None
+        self.step_thread = memory.step_thread()  # every step on one thread: its freed memory is reused
+        self.followers_wait = distributed.world_size() > 1  # in `follow`, for the next share
+        self.dropped_stale = 0
+        self.last_checksum: str | None = None
+        self.pad_id = 0
+        self.on_step: Callable[[dict[str, Any]], None] = lambda row: None
+
+    async def loop(self, source: Path, on_step: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+        """Roll out, train and log until `config.steps`, resuming where the checkpoint left off."""
+        config, run = self.config, self.run
+        self.on_step = on_step
+        self.engine = engine = make_engine(config, source)
+        self.pad_id = engine.tokenizer.pad_token_id or 0
+        self.sampler = self._open_run(engine)
+        rows: list[dict[str, Any]] = []
+        self.last_checksum = engine.checksum() if config.verify_sync and config.engine != "hf" else None
+        if config.eval_every and self.step == 0:
+            rows_eval = await evaluate(config, engine, run, self.step)
+            run.log("metrics.jsonl", EvalMetrics(step=0, eval_reward=rows_eval, version=self.version).row())
+        while self.step < config.steps:
+            memory.reset_peak_rss()  # the step's peak RSS starts here (rollout, training, sync)
+            waited = time.perf_counter()
+            batch = await (self.pending or self._start_rollout())
+            waited = time.perf_counter() - waited
+            self.pending = (
+                self._start_rollout() if config.asynchronous and self.step + 1 < config.steps else None
+            )
+            staleness = self.version - batch.version
+            if staleness > config.max_staleness:
+                self.dropped_stale += sum(len(g) for g in batch.episodes)
+                log.warning("dropped a batch %d versions stale (max %d)", staleness, config.max_staleness)
+                shutil.rmtree(batch.folder)  # no step trains on it
+                continue
+            rows.append(await self._step(batch, staleness, waited))
+        return rows
+
+    def _open_run(self, engine: RolloutEngine) -> TaskSampler:
+        """The task sampler, the engine's sampling state and the run folder, as the checkpoint left them
+        (or fresh), and the TensorBoard writer if asked for."""
+        config, run = self.config, self.run
         sampler = TaskSampler(
             config.task_seed_start, curriculum=config.curriculum, pool=config.task_pool, seed=config.seed
         )
-        if resume:
-            sampler.load_state_dict(state["sampler"])
-            engine.set_rng_state(state["engine_rng"])
-            run.truncate_after(step)
-            log.info("resumed %s at step %d", run.directory, step)
-        run.drop_episodes_after(step if resume else -1)  # a fresh run: an earlier run's go too
+        if self.resumed is not None:
+            sampler.load_state_dict(self.resumed["sampler"])
+            engine.set_rng_state(self.resumed["engine_rng"])
+            run.truncate_after(self.step)
+            log.info("resumed %s at step %d", run.directory, self.step)
+        run.drop_episodes_after(
+            self.step if self.resumed is not None else -1
+        )  # a fresh run: an earlier run's go too
         if config.tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -464,151 +539,183 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
                 run.tensorboard = SummaryWriter(str(run.directory / "tb"))
             except ImportError:
                 log.info("tensorboard is not installed: metrics go to metrics.jsonl only")
+        return sampler
 
-        def start_rollout() -> asyncio.Task[RolloutBatch]:
-            """Sync the engine to the trainer's current weights, then generate the next batch."""
-            if engine.version != version:
-                engine.sync(weights, version)
-            tasks = sampler.draw(config.tasks_per_step)
-            draw = sampler.state_dict()
-            return asyncio.create_task(play_batch(config, engine, run, tasks, draw))
+    def _start_rollout(self) -> asyncio.Task[RolloutBatch]:
+        """Sync the engine to the trainer's current weights, then generate the next batch."""
+        assert self.engine is not None
+        if self.engine.version != self.version:
+            self.engine.sync(self.weights, self.version)
+        tasks = self.sampler.draw(self.config.tasks_per_step)
+        draw = self.sampler.state_dict()
+        return asyncio.create_task(play_batch(self.config, self.engine, self.run, tasks, draw))
 
-        rows: list[dict[str, Any]] = []
-        dropped_stale = 0
-        last_checksum = engine.checksum() if config.verify_sync and config.engine != "hf" else None
-        if config.eval_every and step == 0:
-            rows_eval = await evaluate(config, engine, run, step)
-            run.log("metrics.jsonl", EvalMetrics(step=0, eval_reward=rows_eval, version=version).row())
-        while step < config.steps:
-            memory.reset_peak_rss()  # the step's peak RSS starts here (rollout, training, sync)
-            waited = time.perf_counter()
-            batch = await (pending or start_rollout())
-            waited = time.perf_counter() - waited
-            pending = start_rollout() if config.asynchronous and step + 1 < config.steps else None
-            staleness = version - batch.version
-            if staleness > config.max_staleness:
-                dropped_stale += sum(len(g) for g in batch.episodes)
-                log.warning("dropped a batch %d versions stale (max %d)", staleness, config.max_staleness)
-                shutil.rmtree(batch.folder)  # no step trains on it
-                continue
-            data = build_samples(batch, config)
-            for task, rate in data.group_pass_rates.items():
-                sampler.update(task, rate)
-            checkpoint = bool(config.checkpoint_every) and (
-                (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps
-            )
-            started = time.perf_counter()
-            followers_wait = False
-            trained = await asyncio.get_running_loop().run_in_executor(
-                step_thread,
-                functools.partial(
-                    lead_step,
-                    model,
-                    optimiser,
-                    data.samples,
-                    config,
-                    ref_model=ref_model,
-                    pad_id=pad_id,
-                    checkpoint=checkpoint,
-                ),
-            )
-            followers_wait = distributed.world_size() > 1
-            memory.release_free_memory()  # what the step freed, back to the system (see memory.py)
-            weights = trained.weights
-            train_seconds = time.perf_counter() - started
-            version += 1
-            step += 1
-            run.keep(batch.folder, step_folder(step))
-            sync_started = time.perf_counter()
-            if pending is None and step < config.steps:
-                engine.sync(weights, version)
-            sync_seconds = time.perf_counter() - sync_started
-            checks: dict[str, Any] = {}
-            if config.verify_sync and pending is None and step < config.steps:
-                checks["weights_checksum"] = checksum = engine.checksum()
-                if config.engine != "hf":  # vLLM fuses layers: its hash can only show the weights changed
-                    if checksum == last_checksum:
-                        raise RuntimeError(
-                            f"weight sync failed at version {version}: vLLM's weights did not change"
-                        )
-                    last_checksum = checksum
-                elif checksum != weights_checksum(weights):
-                    raise RuntimeError(f"weight sync failed at version {version}: engine and trainer differ")
-            completion_tokens = sum(s.completion_tokens for s in data.samples)
-            figures: dict[str, Any] = {
-                "step": step,
-                "version": version,
-                "reward_mean": statistics.fmean(data.rewards) if data.rewards else 0.0,
-                "reward_std": statistics.pstdev(data.rewards) if data.rewards else 0.0,
-                "pass_rate": sum(r >= config.pass_threshold for r in data.rewards)
-                / max(len(data.rewards), 1),
-                **trained.losses,
-                "staleness": staleness,
-                "dropped_stale_episodes": dropped_stale,
-                "dropped_groups": data.dropped_groups,
-                "episode_errors": data.errors,
-                "episode_reruns": data.reruns,
-                "failed_groups": data.failed_groups,
-                "sample_splits": data.splits,
-                "truncated_samples": data.truncated,
-                "samples": len(data.samples),
-                "rollout_seconds": batch.seconds,
-                "rollout_wait_seconds": waited,
-                "generation_seconds": batch.generation_seconds,
-                "env_seconds": batch.env_seconds,
-                "train_seconds": train_seconds,
-                "sync_seconds": sync_seconds,
-                "rollout_tokens_per_second": completion_tokens
-                / max(batch.seconds, 1e-9),  # wall: turns overlap
-                "train_tokens_per_second": sum(len(s.token_ids) for s in data.samples)
-                / max(train_seconds, 1e-9),
-                **(sampler.counts() if config.curriculum else {}),
-                **engine.metrics(),
-                **checks,
+    async def _step(self, batch: RolloutBatch, staleness: int, waited: float) -> dict[str, Any]:
+        """Train on one batch, sync the engine, log the step's row (and checkpoint when due)."""
+        config, engine = self.config, self.engine
+        assert engine is not None
+        data = build_samples(batch, config)
+        for task, rate in data.group_pass_rates.items():
+            self.sampler.update(task, rate)
+        checkpoint = bool(config.checkpoint_every) and (
+            (self.step + 1) % config.checkpoint_every == 0 or self.step + 1 == config.steps
+        )
+        started = time.perf_counter()
+        self.followers_wait = False
+        trained = await asyncio.get_running_loop().run_in_executor(
+            self.step_thread,
+            functools.partial(
+                lead_step,
+                self.model,
+                self.optimiser,
+                data.samples,
+                config,
+                ref_model=self.ref_model,
+                pad_id=self.pad_id,
+                checkpoint=checkpoint,
+            ),
+        )
+        self.followers_wait = distributed.world_size() > 1
+        memory.release_free_memory()  # what the step freed, back to the system (see memory.py)
+        self.weights = trained.weights
+        train_seconds = time.perf_counter() - started
+        self.version += 1
+        self.step += 1
+        self.run.keep(batch.folder, step_folder(self.step))
+        sync_started = time.perf_counter()
+        if self.pending is None and self.step < config.steps:
+            engine.sync(self.weights, self.version)
+        sync_seconds = time.perf_counter() - sync_started
+        checks = self._verify_sync()
+        figures: dict[str, Any] = {
+            **_step_figures(
+                data,
+                trained,
+                batch,
+                config,
+                step=self.step,
+                version=self.version,
+                staleness=staleness,
+                dropped_stale=self.dropped_stale,
+                waited=waited,
+                train_seconds=train_seconds,
+                sync_seconds=sync_seconds,
+            ),
+            **(self.sampler.counts() if config.curriculum else {}),
+            **engine.metrics(),
+            **checks,
+        }
+        if config.eval_every and self.step % config.eval_every == 0:
+            figures["eval_reward"] = await evaluate(config, engine, self.run, self.step)
+        figures["peak_rss_gib"] = memory.peak_rss_bytes() / memory.GIB
+        row = StepMetrics.model_validate(figures).row()  # the type the report and plots read
+        self._log(row, batch)
+        self.on_step(row)
+        if checkpoint:
+            assert trained.optimiser_state is not None  # gathered by the step, as it was due
+            state = {
+                "step": self.step,
+                "version": self.version,
+                "sampler": {
+                    **self.sampler.state_dict(),
+                    **{k: batch.draw_state[k] for k in ("position", "rng")},
+                },
+                "engine_rng": engine.rng_state(),
             }
-            if config.eval_every and step % config.eval_every == 0:
-                figures["eval_reward"] = await evaluate(config, engine, run, step)
-            figures["peak_rss_gib"] = memory.peak_rss_bytes() / memory.GIB
-            row = StepMetrics.model_validate(figures).row()  # the type the report and plots read
-            rows.append(row)
-            run.log("metrics.jsonl", row)
-            for episode in [g[0] for g in batch.episodes][: config.logged_episodes]:
-                run.log(
-                    "samples.jsonl",
-                    {
-                        "step": step,
-                        "reward": episode.reward,
-                        "messages": [{"role": m.role, "text": m.text} for m in episode.messages],
-                    },
+            save_checkpoint(
+                self.run, self.model, self.weights, engine.tokenizer, trained.optimiser_state, state
+            )
+        return row
+
+    def _verify_sync(self) -> dict[str, Any]:
+        """With `verify_sync`, the engine's weights checksum after a sync: HF's must equal the trainer's,
+        vLLM's (it fuses layers) must at least have changed."""
+        config, engine = self.config, self.engine
+        assert engine is not None
+        if not (config.verify_sync and self.pending is None and self.step < config.steps):
+            return {}
+        checksum = engine.checksum()
+        if config.engine != "hf":  # vLLM fuses layers: its hash can only show the weights changed
+            if checksum == self.last_checksum:
+                raise RuntimeError(
+                    f"weight sync failed at version {self.version}: vLLM's weights did not change"
                 )
-            if run.tensorboard is not None:
-                for key, value in row.items():
-                    if isinstance(value, int | float):
-                        run.tensorboard.add_scalar(key, value, step)
-            on_step(row)
-            if checkpoint:
-                assert trained.optimiser_state is not None  # gathered by the step, as it was due
-                state = {
-                    "step": step,
-                    "version": version,
-                    "sampler": {
-                        **sampler.state_dict(),
-                        **{k: batch.draw_state[k] for k in ("position", "rng")},
-                    },
-                    "engine_rng": engine.rng_state(),
-                }
-                save_checkpoint(run, model, weights, engine.tokenizer, trained.optimiser_state, state)
-    finally:
-        if followers_wait:
+            self.last_checksum = checksum
+        elif checksum != weights_checksum(self.weights):
+            raise RuntimeError(f"weight sync failed at version {self.version}: engine and trainer differ")
+        return {"weights_checksum": checksum}
+
+    def _log(self, row: dict[str, Any], batch: RolloutBatch) -> None:
+        """The step's row to metrics.jsonl (and TensorBoard), its first episodes to samples.jsonl."""
+        self.run.log("metrics.jsonl", row)
+        for episode in [g[0] for g in batch.episodes][: self.config.logged_episodes]:
+            self.run.log(
+                "samples.jsonl",
+                {
+                    "step": self.step,
+                    "reward": episode.reward,
+                    "messages": [{"role": m.role, "text": m.text} for m in episode.messages],
+                },
+            )
+        if self.run.tensorboard is not None:
+            for key, value in row.items():
+                if isinstance(value, int | float):
+                    self.run.tensorboard.add_scalar(key, value, self.step)
+
+    def close(self) -> None:
+        """Stop what the loop started, on success and on error alike."""
+        if self.followers_wait:
             shares.stop_followers()
-        if pending is not None:
-            pending.cancel()
-        if engine is not None:
-            engine.close()  # a server process, Ray actors: stopped on success and on error alike
-        step_thread.shutdown(wait=False)
-        if run.tensorboard is not None:
-            run.tensorboard.close()
-    return rows
+        if self.pending is not None:
+            self.pending.cancel()
+        if self.engine is not None:
+            self.engine.close()  # a server process, Ray actors: stopped on success and on error alike
+        self.step_thread.shutdown(wait=False)
+        if self.run.tensorboard is not None:
+            self.run.tensorboard.close()
+
+
+def _step_figures(
+    data: StepData,
+    trained: Trained,
+    batch: RolloutBatch,
+    config: TrainConfig,
+    *,
+    step: int,
+    version: int,
+    staleness: int,
+    dropped_stale: int,
+    waited: float,
+    train_seconds: float,
+    sync_seconds: float,
+) -> dict[str, Any]:
+    """The step's row before the sampler's, the engine's and the sync check's figures join it."""
+    completion_tokens = sum(s.completion_tokens for s in data.samples)
+    return {
+        "step": step,
+        "version": version,
+        "reward_mean": statistics.fmean(data.rewards) if data.rewards else 0.0,
+        "reward_std": statistics.pstdev(data.rewards) if data.rewards else 0.0,
+        "pass_rate": sum(r >= config.pass_threshold for r in data.rewards) / max(len(data.rewards), 1),
+        **trained.losses,
+        "staleness": staleness,
+        "dropped_stale_episodes": dropped_stale,
+        "dropped_groups": data.dropped_groups,
+        "episode_errors": data.errors,
+        "episode_reruns": data.reruns,
+        "failed_groups": data.failed_groups,
+        "sample_splits": data.splits,
+        "truncated_samples": data.truncated,
+        "samples": len(data.samples),
+        "rollout_seconds": batch.seconds,
+        "rollout_wait_seconds": waited,
+        "generation_seconds": batch.generation_seconds,
+        "env_seconds": batch.env_seconds,
+        "train_seconds": train_seconds,
+        "sync_seconds": sync_seconds,
+        "rollout_tokens_per_second": completion_tokens / max(batch.seconds, 1e-9),  # wall: turns overlap
+        "train_tokens_per_second": sum(len(s.token_ids) for s in data.samples) / max(train_seconds, 1e-9),
+    }
 
 
 async def evaluate(config: TrainConfig, engine: RolloutEngine, run: Run, step: int) -> float:
