@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PLUGINS := $(wildcard envs/*/pyproject.toml)
 
-.PHONY: install install-core install-vllm bubblewrap prerequisites test test-shared-host test-vllm test-verifiers lint demo bench clean
+.PHONY: install install-core install-vllm bubblewrap prerequisites test test-shared-host test-vllm test-verifiers lint demo bench clean registry
 
 # The library and every first-party plugin under envs/, editable: enough for the demo.
 $(VENV)/.core: pyproject.toml $(PLUGINS)
@@ -59,6 +59,10 @@ lint: install
 	$(VENV)/bin/mypy envhub envs tests benchmarks
 	$(VENV)/bin/mypy trainer  # separately: its tests' conftest would clash with envs/swe's as a module name
 	$(VENV)/bin/mypy conftest.py  # the suite's skip policy; separately, for the same reason
+
+# registry.yaml, written from the installed plugins' catalogs (tests/test_registry_yaml.py checks it).
+registry: install
+	$(PY) -m envhub.registry_yaml --write
 
 # What the tests need from the system: Python's venv, bubblewrap, a running Docker engine with envhub's
 # images, Debian's Chromium. As root it installs and starts what is missing (seconds when nothing is);

@@ -1,25 +1,32 @@
-"""`registry.yaml`: the hub's index of first-party environment ids, read with line numbers for errors.
+"""`registry.yaml`: the hub's index of first-party environment ids, read with line numbers for errors,
+and the catalog each plugin declares, from which `python -m envhub.registry_yaml --write` writes it.
 
 The index names environments whose packages may not be installed, so that `make` can tell a user which
-package to install, and `envhub list` can show the whole hub. Installed plugins remain the source of
-truth for what can actually be made.
+package to install, and `envhub list` can show the whole hub. It is no second source: each plugin
+package declares its ids' catalog data (description, sandbox, data source, tags, or the outside
+collection it brings) in a `Catalog`, named by its `envhub.catalog` entry point, and the file is that
+data for the hub's own packages (the projects under `envs/`), with each id's package, entry point and
+versions read from the installed distributions. tests/test_registry.py fails when they differ.
 """
 
 from __future__ import annotations
 
 import functools
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from envhub.ids import parse_env_id
+from envhub.ids import EnvId, parse_env_id
 
 SandboxKind = Literal["none", "local", "docker", "e2b", "browser"]
 """Which sandbox an env runs its code in; declared once, on its registration (envhub.registration)."""
 SANDBOX_KINDS: tuple[str, ...] = get_args(SandboxKind)
+
+CATALOG_GROUP = "envhub.catalog"
+"""The entry-point group where a plugin package names its `Catalog` (`"envhub_games" = "module:CATALOG"`)."""
 
 _ENV_FIELDS = "package, entry_point, versions, description, default_sandbox, data_source, tags"
 
@@ -28,7 +35,27 @@ class RegistryIndexError(ValueError):
     """registry.yaml is malformed; the message names the file, the line and the field."""
 
 
+def _unversioned(name: str) -> str:
+    if parse_env_id(name).version is not None:
+        raise ValueError("index keys are unversioned names; list the versions under `versions`")
+    return name
+
+
+class EnvCard(BaseModel):
+    """What a plugin declares about one env family (all its versions): the catalog data of its row."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    description: str
+    default_sandbox: SandboxKind = "none"
+    """The sandbox the env runs its code in: its registration's `sandbox` (`envhub.registration`)."""
+    data_source: str = "procedural"
+    tags: list[str] = Field(default_factory=list)
+
+
 class IndexEntry(BaseModel):
+    """A row of registry.yaml: where a family's ids come from, then its card's fields (`EnvCard`)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     package: str
@@ -51,7 +78,7 @@ class IndexEntry(BaseModel):
         return self.versions[-1]
 
 
-class SourceEntry(BaseModel):
+class CollectionCard(BaseModel):
     """A plugin package that brings a whole outside collection (hundreds of ids) under one namespace.
 
     Its ids are the package's own entry points, generated from the upstream package's list, so the index
@@ -61,7 +88,6 @@ class SourceEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    package: str
     ids: str = Field(pattern=r"^[\w.-]+/")
     """The id pattern, its namespace first: `reasoning-gym/<dataset>-v0`."""
     upstream: str = Field(pattern=r"^[\w.-]+==[\w.]+$")
@@ -76,10 +102,52 @@ class SourceEntry(BaseModel):
         return self.ids.split("/", 1)[0]
 
 
-def _unversioned(name: str) -> str:
-    if parse_env_id(name).version is not None:
-        raise ValueError("index keys are unversioned names; list the versions under `versions`")
-    return name
+class SourceEntry(BaseModel):
+    """A row of registry.yaml's `sources`: the package that brings an outside collection, then the
+    collection's card's fields (`CollectionCard`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    package: str
+    ids: str = Field(pattern=r"^[\w.-]+/")
+    upstream: str = Field(pattern=r"^[\w.-]+==[\w.]+$")
+    licence: str
+    description: str
+    default_sandbox: SandboxKind = "none"
+    tags: list[str] = Field(default_factory=list)
+
+    @property
+    def namespace(self) -> str:
+        return self.ids.split("/", 1)[0]
+
+
+class Catalog(BaseModel):
+    """What one plugin package declares about its ids, named by its `envhub.catalog` entry point: a
+    card per env family (`envs`, keyed by unversioned name) and/or the outside collection it brings.
+    The registry reads each id's sandbox from it; registry.yaml is written from it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    envs: dict[Annotated[str, AfterValidator(_unversioned)], EnvCard] = Field(default_factory=dict)
+    collection: CollectionCard | None = None
+
+    def sandbox_of(self, env_id: EnvId) -> SandboxKind:
+        """The sandbox this catalog declares for an id: its family's card, else its collection's."""
+        card = self.envs.get(env_id.family)
+        if card is not None:
+            return card.default_sandbox
+        if self.collection is not None and env_id.namespace == self.collection.namespace:
+            return self.collection.default_sandbox
+        return "none"
+
+    def data_source_of(self, env_id: EnvId) -> str | None:
+        """Where an id's data comes from: its family's card, else its collection's pinned upstream."""
+        card = self.envs.get(env_id.family)
+        if card is not None:
+            return card.data_source
+        if self.collection is not None and env_id.namespace == self.collection.namespace:
+            return self.collection.upstream
+        return None
 
 
 class RegistryIndex(BaseModel):
@@ -160,3 +228,22 @@ def default_index() -> RegistryIndex | None:
     """The hub's own index, or None when this installation carries none."""
     path = index_path()
     return load_index(path) if path.is_file() else None
+
+
+def plugin_catalog(distribution: str) -> Catalog | None:
+    """The catalog an installed distribution names by its `envhub.catalog` entry point (importing its
+    module), or None when it names none. Raises what the import raises: the caller says whose it was."""
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+    ep = next(iter(dist.entry_points.select(group=CATALOG_GROUP)), None)
+    if ep is None:
+        return None
+    catalog = ep.load()
+    if not isinstance(catalog, Catalog):
+        raise TypeError(
+            f"the {CATALOG_GROUP} entry point {ep.value!r} of {distribution} names a "
+            f"{type(catalog).__name__}, not an envhub.index.Catalog"
+        )
+    return catalog

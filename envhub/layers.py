@@ -171,7 +171,7 @@ LAYERS: tuple[Layer, ...] = (
     ),
     Layer(
         _REGISTRY,
-        ("envhub.registration", "envhub.index"),
+        ("envhub.registration", "envhub.index", "envhub.registry_yaml"),
         (_CONTRACT,),
         "`make`, `register` and the index of first-party ids: resolving an id must reach nothing but the "
         "contract (no lock, sandbox or server), so everything above can make envs and nothing below "

@@ -34,14 +34,14 @@ import os
 import re
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from typing import Any, Protocol
 
 from envhub.core import Env, EnvSpec, Provenance
 from envhub.env_spec import refuse_unknown_options
 from envhub.ids import EnvId, InvalidEnvId, parse_env_id
-from envhub.index import SANDBOX_KINDS, RegistryIndex, SandboxKind, default_index
+from envhub.index import SANDBOX_KINDS, Catalog, RegistryIndex, SandboxKind, default_index, plugin_catalog
 from envhub.wrappers import apply_wrappers
 
 ENTRY_POINT_GROUP = "envhub.envs"
@@ -89,7 +89,8 @@ class Registration:
     kwargs: dict[str, Any] = field(default_factory=dict)
     sandbox: SandboxKind = "none"
     """The sandbox the env runs its code in unless its `backend` option names another (`sandbox_kind`):
-    given to `register()`, or for a plugin's entry point read from the hub's index (registry.yaml)."""
+    given to `register()`, or for a plugin's id declared in its package's catalog (`envhub.catalog`
+    entry point, `envhub.index.Catalog`), read when the id is resolved."""
 
     @property
     def id(self) -> str:
@@ -111,6 +112,8 @@ class Registry:
         self._conflicts: dict[str, list[Registration]] = {}
         self._discover = discover_plugins
         self._discovered = False
+        self._catalogs: dict[str, Catalog | None] = {}
+        self._declared: set[str] = set()
         self.malformed: dict[str, str] = {}
         """Entry points skipped because their name is not an env id, with the reason (for `envhub list`)."""
 
@@ -167,19 +170,42 @@ class Registry:
                 origin=f"plugin {package}",
                 package=package,
                 package_version=dist.version if dist else None,
-                sandbox=self._indexed_sandbox(env_id),
-            )
+            )  # its sandbox is read from the package's catalog when the id is resolved (`_declare`)
             existing = self._registrations.get(registration.id)
             if existing is not None and existing.origin != registration.origin:
                 self._conflicts.setdefault(registration.id, [existing]).append(registration)
                 continue
             self._registrations[registration.id] = registration
 
-    def _indexed_sandbox(self, env_id: EnvId) -> SandboxKind:
-        """The sandbox the hub's index declares for a first-party id (its own row, or its collection's)."""
-        entry = self.index.envs.get(env_id.family) if self.index else None
-        source = self.index.source_of(env_id.namespace) if self.index else None
-        return entry.default_sandbox if entry else (source.default_sandbox if source else "none")
+    def _catalog(self, package: str | None) -> Catalog | None:
+        """A plugin package's catalog, read once; None when it names none, or its catalog fails to
+        import (then making its ids fails too, and says why)."""
+        if package is None:
+            return None
+        if package not in self._catalogs:
+            try:
+                self._catalogs[package] = plugin_catalog(package)
+            except Exception:  # one plugin's broken catalog must not stop resolving any other id
+                self._catalogs[package] = None
+        return self._catalogs[package]
+
+    def _catalog_sandbox(self, package: str, env_id: EnvId) -> SandboxKind:
+        """The sandbox a plugin package's catalog declares for one of its ids ("none" without one)."""
+        catalog = self._catalog(package)
+        return catalog.sandbox_of(env_id) if catalog is not None else "none"
+
+    def _declare(self, registration: Registration) -> Registration:
+        """A plugin's registration with the sandbox its package's catalog declares, read once: lazily,
+        since the catalog is the plugin's own module and discovery imports no plugin."""
+        if registration.package is None or registration.id in self._declared:
+            return registration
+        self._declared.add(registration.id)
+        sandbox = self._catalog_sandbox(registration.package, registration.env_id)
+        if sandbox != registration.sandbox:
+            registration = replace(registration, sandbox=sandbox)
+            if self._registrations.get(registration.id) is not None:
+                self._registrations[registration.id] = registration
+        return registration
 
     def registrations(self) -> dict[str, Registration]:
         self._discover_plugins()
@@ -200,7 +226,7 @@ class Registry:
         if wanted.version is None and str(wanted) not in self._registrations:
             versions = [r for r in self._registrations.values() if r.env_id.family == wanted.family]
             if versions:
-                return max(versions, key=lambda r: r.env_id.version or -1)
+                return self._declare(max(versions, key=lambda r: r.env_id.version or -1))
         registration = self._registrations.get(str(wanted))
         if registration is None:
             raise UnknownEnvError(self._unknown_message(wanted))
@@ -212,7 +238,7 @@ class Registry:
                 f"environment id {registration.id!r} is provided by more than one plugin:\n{claims}\n"
                 "uninstall one of them, or ask its author to use a namespace ('acme/name-v0')"
             )
-        return registration
+        return self._declare(registration)
 
     @staticmethod
     def _namespace_form(env_id: str) -> str:
@@ -251,7 +277,7 @@ class Registry:
             origin=origin,
             package=package,
             package_version=version,
-            sandbox=self._indexed_sandbox(wanted),
+            sandbox=self._catalog_sandbox(package, wanted),
         )
         self._registrations[registration.id] = registration
         return registration
@@ -338,8 +364,7 @@ class Registry:
         max_turns: int | None,
         factory: EnvFactory | None,
     ) -> EnvSpec:
-        entry = self.index.envs.get(registration.env_id.family) if self.index else None
-        source = self.index.source_of(registration.env_id.namespace) if self.index else None
+        catalog = self._catalog(registration.package)
         return EnvSpec(
             id=registration.id,
             namespace=registration.env_id.namespace,
@@ -353,7 +378,7 @@ class Registry:
                 package=registration.package,
                 package_version=registration.package_version,
                 entry_point=registration.entry_point_text,
-                data_source=entry.data_source if entry else (source.upstream if source else None),
+                data_source=catalog.data_source_of(registration.env_id) if catalog else None,
                 default_sandbox=registration.sandbox,
             ),  # no lock_hash: it reads every file of the plugin; envhub.lock.stamp adds it when asked
         )
