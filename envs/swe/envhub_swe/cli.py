@@ -20,7 +20,7 @@ from envhub.cli.app import console
 
 if TYPE_CHECKING:
     from envhub_swe.data import Instance
-    from envhub_swe.validate import Validation
+    from envhub_swe.validate import Validation, VerdictStore
 
 app = typer.Typer(
     help="SWE-bench Lite and swe-mini: validate the grading, prepare local checkouts.",
@@ -118,30 +118,11 @@ def validate(
     ] = None,
 ) -> None:
     """Grade each instance's gold patch (must resolve) and an empty patch (must not)."""
-    from envhub_swe.data import DatasetNotFound
     from envhub_swe.validate import VerdictStore, default_together
     from envhub_swe.validate import validate as run_validation
 
-    if runtime not in ("local", "docker"):
-        console.print(f"[red]unknown runtime {runtime!r}[/red]: choose local or docker")
-        raise typer.Exit(2)
-    if resume and results is None:
-        console.print("[red]--resume reuses stored verdicts[/red]: give their file with --results")
-        raise typer.Exit(2)
-    if results is not None and not resume and results.exists() and results.stat().st_size:
-        console.print(
-            f"[red]{results} already holds verdicts[/red]: pass --resume to reuse them, "
-            "or another --results file"
-        )
-        raise typer.Exit(2)
-    try:
-        rows = _rows(dataset, instances, split=split, data=data)
-    except KeyError as exc:
-        console.print(f"[red]{exc.args[0]}[/red]", soft_wrap=True)
-        raise typer.Exit(2) from exc
-    except (DatasetNotFound, ValueError) as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from exc
+    _check_validate_options(runtime, results, resume)
+    rows = _validation_rows(dataset, instances, split=split, data=data)
     store = VerdictStore(results, resume=resume) if results is not None else None
     pair = default_together(concurrency, len(rows)) if together is None else together
     console.print(
@@ -181,7 +162,48 @@ def validate(
                 results=store,
             )
         )
-    table = Table(title=f"{dataset} · runtime {runtime}")
+    good = _print_validation(results_, f"{dataset} · runtime {runtime}", started, store, keep_logs)
+    if good != len(results_):
+        raise typer.Exit(1)
+
+
+def _check_validate_options(runtime: str, results: Path | None, resume: bool) -> None:
+    """Options that cannot go together, refused before any grading starts."""
+    if runtime not in ("local", "docker"):
+        console.print(f"[red]unknown runtime {runtime!r}[/red]: choose local or docker")
+        raise typer.Exit(2)
+    if resume and results is None:
+        console.print("[red]--resume reuses stored verdicts[/red]: give their file with --results")
+        raise typer.Exit(2)
+    if results is not None and not resume and results.exists() and results.stat().st_size:
+        console.print(
+            f"[red]{results} already holds verdicts[/red]: pass --resume to reuse them, "
+            "or another --results file"
+        )
+        raise typer.Exit(2)
+
+
+def _validation_rows(
+    dataset: str, instances: list[str] | None, *, split: str, data: Path | None
+) -> list[Instance]:
+    """The instances to grade; a missing dataset or an unknown id is a readable exit 2."""
+    from envhub_swe.data import DatasetNotFound
+
+    try:
+        return _rows(dataset, instances, split=split, data=data)
+    except KeyError as exc:
+        console.print(f"[red]{exc.args[0]}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from exc
+    except (DatasetNotFound, ValueError) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from exc
+
+
+def _print_validation(
+    results_: list[Validation], title: str, started: float, store: VerdictStore | None, keep_logs: Path | None
+) -> int:
+    """The verdicts' table, the count of valid instances (returned) and what to do about those not graded."""
+    table = Table(title=title)
     for column in ("instance", "gold", "empty", "canary", "seconds", "note"):
         table.add_column(column)
     for r in results_:
@@ -210,8 +232,7 @@ def validate(
         )
     if keep_logs is not None:
         console.print(f"whole logs in {keep_logs.resolve()}")
-    if good != len(results_):
-        raise typer.Exit(1)
+    return good
 
 
 def _shown(error: str, resolved: bool, *, good: bool) -> str:

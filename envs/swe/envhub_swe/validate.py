@@ -13,6 +13,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -267,99 +268,147 @@ async def validate(
     `RETRIED` is tried again up to `retries` times in a fresh sandbox; one that still fails, or any other
     failure (an instance that cannot run here), is that grade's `error`, and the rest go on. `results`
     stores every verdict when it is reached and supplies those a resumed run reuses."""
-    from envhub_swe.prepare import Unsupported, prepared
+    grading = _Grading(
+        dataset=dataset,
+        runtime=runtime,
+        workspaces=workspaces,
+        timeout_s=timeout_s,
+        keep_logs=keep_logs,
+        on_done=on_done,
+        together=default_together(concurrency, len(instances)) if together is None else together,
+        retries=retries,
+        results=results,
+        on_verdict=on_verdict,
+        gate=asyncio.Semaphore(concurrency),
+    )
+    return list(await asyncio.gather(*(grading.one(i) for i in instances)))
 
-    gate = asyncio.Semaphore(concurrency)
-    pair = default_together(concurrency, len(instances)) if together is None else together
 
-    async def one(instance: Instance) -> Validation:
-        async with gate:
+@dataclass
+class _Grading:
+    """One `validate` call's options, and the grading of one instance under them."""
+
+    dataset: str
+    runtime: RuntimeKind
+    workspaces: str | Path | None
+    timeout_s: float
+    keep_logs: Path | None
+    on_done: Callable[[Validation], None] | None
+    together: bool
+    retries: int
+    results: VerdictStore | None
+    on_verdict: Callable[[RunVerdict], None] | None
+    gate: asyncio.Semaphore
+
+    async def one(self, instance: Instance) -> Validation:
+        """Gold and empty of one instance, each reused from `results` where stored, else graded."""
+        async with self.gate:
             reports: dict[str, GradeReport] = {}
             full: dict[str, str] = {}
+            key = (self.dataset, self.runtime, instance.instance_id)
+            stored = {
+                w: self.results.get((*key, w)) if self.results is not None else None
+                for w in ("gold", "empty")
+            }
             setup: tuple[Runtime, Path | None] | None = None
             setup_error = ""
-            key = (dataset, runtime, instance.instance_id)
-            stored = {w: results.get((*key, w)) if results is not None else None for w in ("gold", "empty")}
             if not all(stored.values()):
-                try:
-                    if dataset == "swe-mini":
-                        rt = mini_runtime(runtime, timeout_s=timeout_s)
-                        setup = rt, await asyncio.to_thread(mini_workspace, instance)
-                    else:
-                        root = Path(workspaces) if workspaces else None
-                        setup = await asyncio.to_thread(
-                            prepared, instance, root, runtime, timeout_s=timeout_s
-                        )
-                except Unsupported as exc:  # cannot run here: its message says what to do
-                    setup_error = str(exc)
-                except Exception as exc:  # e.g. building swe-mini's workspace failed
-                    setup_error = _failure(exc)
-
-            def keep(which: str) -> Callable[[str], None]:
-                kept = log_writer(keep_logs, instance.instance_id, which)
-
-                def on_log(log: str) -> None:
-                    full[which] = log
-                    if kept is not None:
-                        kept(log)
-
-                return on_log
+                setup, setup_error = await self._setup(instance)
 
             async def run(which: Which, patch: str) -> RunVerdict:
                 reused = stored[which]
                 if reused is not None:
                     return reused
-                base = {"dataset": dataset, "runtime": runtime, "instance_id": instance.instance_id}
-                started, attempts, retried_after = time.time(), 0, ""
-                report: GradeReport | None = None
-                error = setup_error
-                while setup is not None and report is None:
-                    attempts += 1
-                    try:
-                        report = await grade(instance, patch, *setup, on_log=keep(which))
-                    except RETRIED as exc:
-                        if attempts > retries:
-                            tried = f"{attempts} attempt" + ("s" if attempts > 1 else "")
-                            error = f"{_failure(exc)} (infrastructure; {tried})"
-                            break
-                        retried_after = _failure(exc)
-                    except Exception as exc:  # not the machinery's: reported at once, never retried
-                        error = _failure(exc)
-                        break
-                verdict = RunVerdict(
-                    **base,
-                    which=which,
-                    started_at=started,
-                    finished_at=time.time(),
-                    attempts=max(attempts, 1),
-                    retried_after=retried_after,
-                    error=error if report is None else "",
-                )
-                if report is not None:
-                    reports[which] = report
-                    verdict = verdict.model_copy(
-                        update={
-                            "resolved": report.resolved,
-                            "summary": report.summary(),
-                            "canary": report.canary,
-                            "cause": "" if report.resolved else first_cause(report, full.get(which)),
-                            "duration_s": report.duration_s,
-                        }
-                    )
-                if results is not None:
-                    results.add(verdict)
-                if on_verdict is not None:
-                    on_verdict(verdict)
-                return verdict
+                return await self._run(instance, which, patch, setup, setup_error, reports, full)
 
-            if pair:
+            if self.together:
                 gold, empty = await asyncio.gather(run("gold", instance.patch), run("empty", ""))
             else:
                 gold = await run("gold", instance.patch)
                 empty = await run("empty", "")
             result = Validation.of(gold, empty, reports)
-            if on_done is not None:
-                on_done(result)
+            if self.on_done is not None:
+                self.on_done(result)
             return result
 
-    return list(await asyncio.gather(*(one(i) for i in instances)))
+    async def _setup(self, instance: Instance) -> tuple[tuple[Runtime, Path | None] | None, str]:
+        """The runtime and workspace to grade the instance in, or why there is none here."""
+        from envhub_swe.prepare import Unsupported, prepared
+
+        try:
+            if self.dataset == "swe-mini":
+                rt = mini_runtime(self.runtime, timeout_s=self.timeout_s)
+                return (rt, await asyncio.to_thread(mini_workspace, instance)), ""
+            root = Path(self.workspaces) if self.workspaces else None
+            return await asyncio.to_thread(
+                prepared, instance, root, self.runtime, timeout_s=self.timeout_s
+            ), ""
+        except Unsupported as exc:  # cannot run here: its message says what to do
+            return None, str(exc)
+        except Exception as exc:  # e.g. building swe-mini's workspace failed
+            return None, _failure(exc)
+
+    def _keep(self, instance: Instance, which: str, full: dict[str, str]) -> Callable[[str], None]:
+        """Where a grade's whole log goes: `full` (for the cause of a failure) and `keep_logs`."""
+        kept = log_writer(self.keep_logs, instance.instance_id, which)
+
+        def on_log(log: str) -> None:
+            full[which] = log
+            if kept is not None:
+                kept(log)
+
+        return on_log
+
+    async def _run(
+        self,
+        instance: Instance,
+        which: Which,
+        patch: str,
+        setup: tuple[Runtime, Path | None] | None,
+        setup_error: str,
+        reports: dict[str, GradeReport],
+        full: dict[str, str],
+    ) -> RunVerdict:
+        """Grade one patch, retrying what the machinery lost; store and announce its verdict."""
+        base = {"dataset": self.dataset, "runtime": self.runtime, "instance_id": instance.instance_id}
+        started, attempts, retried_after = time.time(), 0, ""
+        report: GradeReport | None = None
+        error = setup_error
+        while setup is not None and report is None:
+            attempts += 1
+            try:
+                report = await grade(instance, patch, *setup, on_log=self._keep(instance, which, full))
+            except RETRIED as exc:
+                if attempts > self.retries:
+                    tried = f"{attempts} attempt" + ("s" if attempts > 1 else "")
+                    error = f"{_failure(exc)} (infrastructure; {tried})"
+                    break
+                retried_after = _failure(exc)
+            except Exception as exc:  # not the machinery's: reported at once, never retried
+                error = _failure(exc)
+                break
+        verdict = RunVerdict(
+            **base,
+            which=which,
+            started_at=started,
+            finished_at=time.time(),
+            attempts=max(attempts, 1),
+            retried_after=retried_after,
+            error=error if report is None else "",
+        )
+        if report is not None:
+            reports[which] = report
+            verdict = verdict.model_copy(
+                update={
+                    "resolved": report.resolved,
+                    "summary": report.summary(),
+                    "canary": report.canary,
+                    "cause": "" if report.resolved else first_cause(report, full.get(which)),
+                    "duration_s": report.duration_s,
+                }
+            )
+        if self.results is not None:
+            self.results.add(verdict)
+        if self.on_verdict is not None:
+            self.on_verdict(verdict)
+        return verdict
