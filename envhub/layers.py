@@ -111,6 +111,7 @@ LAYERS: tuple[Layer, ...] = (
             "envhub.records",
             "envhub.record",
             "envhub.record.calls",
+            "envhub.record.scope",
             "envhub.record.tape",
             "envhub.trace",
             "envhub.wrappers",

@@ -1,8 +1,9 @@
 """Wrappers `make()` puts around every env it builds, so the rules of an episode hold for any `Env`.
 
-As in Gymnasium (`TimeLimit`, `OrderEnforcing` around what `gymnasium.make` returns), the turn limit and
-the turn order are kept here, once, rather than trusted to each class: an `Env` subclass that never reads
-`max_turns` is still truncated at it, and a driver that steps outside an episode is told so.
+As in Gymnasium (`TimeLimit`, `OrderEnforcing` around what `gymnasium.make` returns), the turn limit,
+the turn order and the recording's turns are kept here, once, rather than trusted to each class: an
+`Env` subclass that never reads `max_turns` is still truncated at it, a driver that steps outside an
+episode is told so, and every env's tape knows its turns and tool answers (`Recorder`).
 
 A wrapper stands in for the env it wraps: attributes are read from and written to the wrapped env,
 `isinstance` answers for the wrapped env's class (the way `unittest.mock`'s spec objects do), `fork`
@@ -19,9 +20,10 @@ from typing import Any, ClassVar, Self
 
 from envhub.core import Action, Env, EnvSpec, EpisodeStateError, Observation, StepResult
 from envhub.messages import Message
+from envhub.record import tape
 from envhub.tools import ToolSpec
 
-__all__ = ["OrderEnforcing", "TurnLimit", "Wrapper", "apply_wrappers", "unwrap"]
+__all__ = ["OrderEnforcing", "Recorder", "TurnLimit", "Wrapper", "apply_wrappers", "recorded", "unwrap"]
 
 
 class Wrapper(Env):
@@ -198,10 +200,51 @@ class OrderEnforcing(Wrapper):
         return result
 
 
+class Recorder(Wrapper):
+    """Keeps the tape of a recorded or replayed episode (`envhub.record.tape`) in step with it: the calls
+    reset makes belong to turn 0 and those of the k-th step to turn k, and what each tool call of an
+    action answered is kept in that call's scope. With no tape running it passes every call through.
+
+    The tape's one hook in an env's life, whatever the env is: the runner and a replay only start a
+    tape, and the sandboxes record their own calls (`envhub.record.sandbox_calls`)."""
+
+    _own = Wrapper._own | {"turns"}
+
+    def __init__(self, env: Env) -> None:
+        super().__init__(env)
+        self.turns = 0
+        """Steps since the last reset: the turn the next step's calls belong to, less one."""
+
+    async def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        self.turns = 0
+        tape.mark_turn(0)
+        return await self.env.reset(seed=seed, options=options)
+
+    async def step(self, action: Action) -> StepResult:
+        self.turns += 1
+        tape.mark_turn(self.turns)
+        result = await self.env.step(action)
+        if isinstance(action, Message):
+            tape.record_tool_answers(action, result.observation)
+        return result
+
+
 def apply_wrappers(env: Env) -> Env:
     """`env` as `make()` returns it: turn order enforced outside the turn limit, so a step after the
-    limit's truncation is refused as well."""
-    return OrderEnforcing(TurnLimit(env))
+    limit's truncation is refused as well; the recorder innermost, so only steps the env takes are
+    turns of its tape."""
+    return OrderEnforcing(TurnLimit(Recorder(env)))
+
+
+def recorded(env: Env) -> bool:
+    """Whether a `Recorder` keeps the tape's turns for `env` (every env `make()` made)."""
+    while isinstance(env, Wrapper):
+        if isinstance(env, Recorder):
+            return True
+        env = env.env
+    return False
 
 
 def unwrap(env: Env) -> Env:

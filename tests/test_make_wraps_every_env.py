@@ -10,10 +10,13 @@ import pytest
 
 import envhub
 from envhub.core import Action, Observation, StepResult
-from envhub.messages import Message, user
+from envhub.integrations.gymnasium import to_gymnasium
+from envhub.messages import Message, ToolCall, tool_result, user
 from envhub.policies import Policy
+from envhub.policies.scripted import ScriptedPolicy
+from envhub.record import tape as tapes
 from envhub.registration import Registry, registry
-from envhub.rollout import rollout
+from envhub.rollout import rollout, run_episode
 from envhub.tools import ToolSpec
 from envhub.wrappers import unwrap
 
@@ -108,7 +111,7 @@ async def test_fork_children_keep_the_turn_count_and_the_order(made: Registry) -
 
 
 async def test_the_gymnasium_adapter_keeps_the_limit(made: Registry) -> None:
-    gym_env = made.make(ENV, max_turns=2).to_gymnasium()
+    gym_env = to_gymnasium(made.make(ENV, max_turns=2))
     try:
         gym_env.reset(seed=0)
         truncations = [gym_env.step("a")[3] for _ in range(2)]
@@ -141,3 +144,45 @@ async def test_a_made_env_pickles_and_copies_with_its_wrappers(made: Registry) -
         assert isinstance(copied, IgnoresLimits) and unwrap(copied) is not unwrap(env)
         await copied.reset()
         assert (await copied.step("a")).truncated
+
+
+class AnswersTools(envhub.Env):
+    """An env on the contract alone that draws entropy the tape keeps and answers tool calls itself: it
+    neither marks turns nor records anything, so whatever the tape holds of it is `make()`'s doing."""
+
+    async def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        tapes.token_hex(4)
+        return [user("call a tool")], {"seed": seed}
+
+    async def step(self, action: Action) -> StepResult:
+        tapes.token_hex(4)
+        assert isinstance(action, Message)
+        replies = [tool_result(call.id, f"ran {call.name}", name=call.name) for call in action.tool_calls]
+        return StepResult(replies, 0.0, False, False, {})
+
+
+async def test_a_made_env_keeps_the_tapes_turns_and_tool_answers() -> None:
+    local = Registry(discover_plugins=False)
+    local.register("tests/answers-tools-v0", AnswersTools)
+    env = local.make("tests/answers-tools-v0")
+    calls = [ToolCall(id="a", name="look", arguments="{}"), ToolCall(id="b", name="jump", arguments="{}")]
+    with tapes.using(tapes.Tape("record")) as tape:
+        await env.reset(seed=0)
+        await env.step(Message(role="assistant", content="", tool_calls=calls))
+        await env.step(Message(role="assistant", content="done"))
+    kept = [(call.turn, call.scope, call.kind, call.method) for call in tape.calls]
+    assert kept == [
+        (0, "env", "entropy", "token_bytes"),
+        (1, "env", "entropy", "token_bytes"),
+        (1, "tool 0", "tool", "look"),
+        (1, "tool 1", "tool", "jump"),
+        (2, "env", "entropy", "token_bytes"),
+    ]
+    assert tape.calls[2].output == "ran look"
+
+
+async def test_recording_an_env_make_did_not_wrap_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"not made by envhub\.make\(\).*Recorder"):
+        await run_episode(AnswersTools(), ScriptedPolicy(["done"]), record=True)

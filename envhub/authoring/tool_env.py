@@ -12,7 +12,7 @@ from typing import Any
 from envhub.authoring.chat import ChatEnv, Reaction
 from envhub.core import InfrastructureError
 from envhub.messages import Message, ToolCall, tool_result
-from envhub.record.tape import tool_call
+from envhub.record.scope import tool_call as tool_call_scope
 from envhub.tools import Tool, ToolArgumentError, ToolSpec, tool_name
 
 
@@ -35,14 +35,18 @@ class ToolEnv(ChatEnv):
     async def react(self, message: Message) -> Reaction:
         if not message.tool_calls:
             return Reaction(observation=[], done=True)
-        results = await asyncio.gather(
-            *(tool_call(i, call, self._call(call)) for i, call in enumerate(message.tool_calls))
-        )
+        results = await asyncio.gather(*(self._call_as(i, call) for i, call in enumerate(message.tool_calls)))
         errors = [error for _, error in results if error is not None]
         info: dict[str, Any] = {"tool_calls": len(message.tool_calls)}
         if errors:
             info["error"] = {"kind": "tool_error", "message": "; ".join(errors)}
         return Reaction(observation=[reply for reply, _ in results], info=info)
+
+    async def _call_as(self, index: int, call: ToolCall) -> tuple[Message, str | None]:
+        """Run the message's `index`-th call as that tool call, so whatever it makes of its sandbox is
+        kept apart from the calls running beside it (`envhub.record.scope`)."""
+        with tool_call_scope(index):
+            return await self._call(call)
 
     async def _call(self, call: ToolCall) -> tuple[Message, str | None]:
         """Run one call; any failure becomes the tool's answer to the agent, and is also returned."""

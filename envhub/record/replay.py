@@ -129,13 +129,11 @@ async def _replay(env: Env, episode: Episode, tape: tapes.Tape) -> ReplayReport:
     components: dict[str, float] = {}
     turn = 0
     try:
-        tapes.mark_turn(0)
         observation, _ = await _guarded(env.reset(seed=episode.seed), 0)
         _same_messages(0, "the prompt", episode.prompt, observation)
         _all_made(tape, 0)
         for recorded in episode.turns:
             turn = recorded.index + 1
-            tapes.mark_turn(turn)
             result = await _guarded(env.step(recorded.action), turn)
             _same_messages(turn, "the observation", recorded.observation, result.observation)
             _all_made(tape, turn)

@@ -2,14 +2,16 @@
 copied in or out, a REPL snippet, a grader's random draw), in the order it was made. A grader's secret
 key is the exception: it is derived again by a replay (`secret_bytes`), never kept on the tape.
 
-While an episode is recorded, the sandbox, the Python worker and the tool dispatcher append what went in
-and what came out to the tape of the running task (a context variable, so concurrent episodes never mix).
-While one is replayed, the same hooks answer each call from the tape instead, and a call that differs
-from the recorded one stops the episode with a `Divergence`.
+While an episode is recorded, the sandbox and its Python worker (`envhub.record.sandbox_calls`) append
+what went in and what came out to the tape of the running task (a context variable, so concurrent
+episodes never mix), and `make()`'s `Recorder` wrapper (`envhub.wrappers`) keeps the turns and what each
+tool call answered. While one is replayed, the same hooks answer each call from the tape instead, and a
+call that differs from the recorded one stops the episode with a `Divergence`.
 
-Calls are kept apart by *scope*: the turn (0 for reset, k for the k-th step) and, inside a turn, the tool
-call that made them (tools of one message run concurrently, so their calls interleave differently
-from run to run; within one tool call, and outside tools, the order is the program's).
+Calls are kept apart by *scope*: the turn (0 for reset, k for the k-th step, marked by the `Recorder`)
+and, inside a turn, the tool call that made them (`envhub.record.scope`: tools of one message run
+concurrently, so their calls interleave differently from run to run; within one tool call, and outside
+tools, the order is the program's).
 
 The tape itself knows no sandbox: the sandboxes' and the worker's hooks are `envhub.record.sandbox_calls`,
 so this module sits in the contract layer, where `make()`'s wrappers can reach it. Nothing changes a call
@@ -25,14 +27,15 @@ import hashlib
 import json
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Literal
 
+from envhub.record import scope
 from envhub.record.calls import Json, Kind, RecordedCall, Recording
 
 if TYPE_CHECKING:
-    from envhub.messages import Message, ToolCall
+    from envhub.messages import Message
 
 INLINE_CHARS = 4096
 """Longer strings in a call's input (a script passed with `-c`, a file written) are kept as a digest,
@@ -101,7 +104,7 @@ class Tape:
         self.calls.append(
             RecordedCall(
                 turn=self.turn,
-                scope=_SCOPE.get(),
+                scope=scope.current(),
                 kind=kind,
                 method=method,
                 input=input,
@@ -112,10 +115,10 @@ class Tape:
 
     def answer(self, kind: Kind, method: str, input: Json) -> RecordedCall:
         """The recorded call this one replays: the next of its scope, which must be the same call."""
-        scope = _SCOPE.get()
-        queue = self._queues.get((self.turn, scope))
+        where_from = scope.current()
+        queue = self._queues.get((self.turn, where_from))
         asked = _describe(kind, method, input)
-        where = "" if scope == "env" else f" in {scope}"
+        where = "" if where_from == "env" else f" in {where_from}"
         if not queue:
             raise self._diverge(
                 f"the env made a {kind} call{where} that the recording does not have", "no call", asked
@@ -141,7 +144,7 @@ class Tape:
                 "this tape was made without a way to derive secrets (Tape(secrets=...)); record and "
                 "replay episodes through envhub.rollout and envhub.record.replay, which key it"
             )
-        where = (self.turn, _SCOPE.get())
+        where = (self.turn, scope.current())
         index = self._drawn.get(where, 0)
         self._drawn[where] = index + 1
         value = self._secrets(json.dumps([*where, index, context]), nbytes)
@@ -180,7 +183,6 @@ class Tape:
 
 
 _TAPE: ContextVar[Tape | None] = ContextVar("envhub_tape", default=None)
-_SCOPE: ContextVar[str] = ContextVar("envhub_tape_scope", default="env")
 _INSIDE: ContextVar[bool] = ContextVar("envhub_tape_inside", default=False)
 
 
@@ -213,15 +215,6 @@ def inside() -> Iterator[None]:
         yield
     finally:
         _INSIDE.reset(token)
-
-
-@contextlib.contextmanager
-def scope(name: str) -> Iterator[None]:
-    token = _SCOPE.set(name)
-    try:
-        yield
-    finally:
-        _SCOPE.reset(token)
 
 
 def mark_turn(turn: int) -> None:
@@ -339,24 +332,18 @@ class SystemRandom(random.SystemRandom):
 # -- tool calls -------------------------------------------------------------------------------------------
 
 
-async def tool_call(
-    index: int, call: ToolCall, running: Awaitable[tuple[Message, str | None]]
-) -> tuple[Message, str | None]:
-    """Run the `index`-th tool call of a message in its own scope, and record what it answered."""
-    with scope(f"tool {index}"):
-        reply, error = await running
+def record_tool_answers(action: Message, observation: list[Message]) -> None:
+    """Keep what each tool call of `action` answered (its reply in `observation`), in that call's scope.
+
+    Called by `make()`'s `Recorder` after each step, so any env's tool answers are kept, not only those of
+    the envs that run tools themselves. Never replayed: a replay checks them as the turn's observation.
+    """
     tape = current()
-    if tape is not None and not tape.replaying:
-        with scope(f"tool {index}"):
-            tape.record(
-                "tool",
-                call.name,
-                kept({"arguments": call.arguments}),
-                kept(reply.text),
-                None if error is None else _ToolError(error),
-            )
-    return reply, error
-
-
-class _ToolError(Exception):
-    """What a tool call's error is recorded as: the message the agent was shown."""
+    if tape is None or tape.replaying:
+        return
+    replies = {m.tool_call_id: m for m in observation if m.role == "tool" and m.tool_call_id is not None}
+    for index, call in enumerate(action.tool_calls):
+        reply = replies.get(call.id)
+        if reply is not None:
+            with scope.tool_call(index):
+                tape.record("tool", call.name, kept({"arguments": call.arguments}), kept(reply.text))
