@@ -9,15 +9,8 @@ not earned a session yet are capped and timed by `envhub.serve.doors`.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import hmac
 import socket
-import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import uvicorn
 from pydantic import ValidationError
@@ -26,100 +19,15 @@ from starlette.applications import Starlette
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
-from envhub.core import Env, EpisodeStateError
+from envhub.core import EpisodeStateError
 from envhub.integrations.openenv.routes import openenv_routes
 from envhub.lock.stamp import stamp
 from envhub.registration import registry
 from envhub.serve import protocol as p
 from envhub.serve.doors import Doors
-
-COUNTERS = (
-    "sessions_opened",
-    "sessions_reaped",
-    "episodes",
-    "steps",
-    "env_errors",
-    "refused_auth",
-    "refused_unknown_env",
-    "refused_busy",
-    "open_timeouts",
-    "refused_connections",
-    "header_timeouts",
-)
-"""Every counter `/metrics` reports, zeros included (docs/integrations.md lists them)."""
-
-TOKEN_ADVICE = (
-    f"send it as 'Authorization: Bearer TOKEN' or in the URL as ?{p.TOKEN_QUERY}=TOKEN "
-    "(envhub's client sends $ENVHUB_SERVE_TOKEN)"
-)
-
-
-@dataclass
-class ServeState:
-    """What the sessions share: the ids served, the limits, and the counters `/metrics` reports."""
-
-    env_ids: dict[str, str]
-    """Every accepted spelling of a served id (as given, as resolved) → the resolved id."""
-    max_sessions: int = 256
-    token: str | None = None
-    lease_seconds: float = 300.0
-    open_seconds: float = 10.0
-    """How long a websocket may go unauthorised: without a token, from the upgrade to its `open`."""
-    doors: Doors = field(default_factory=Doors)
-    active: int = 0
-    counts: Counter[str] = field(default_factory=Counter)
-    step_seconds: float = 0.0
-    started: float = field(default_factory=time.monotonic)
-
-    def resolve(self, env_id: str) -> str | None:
-        """The served id a client's spelling means (`guess-number` → `guess-number-v0`), or None."""
-        if env_id not in self.env_ids:
-            if "://" in env_id:  # a URL would make this server a client of another: never served
-                return None
-            try:
-                resolved = registry.spec(env_id).id
-            except Exception:  # any id the registry cannot read is simply not served here
-                return None
-            if resolved not in self.served():
-                return None
-            self.env_ids[env_id] = resolved
-        return self.env_ids[env_id]
-
-    def served(self) -> list[str]:
-        return sorted(set(self.env_ids.values()))
-
-    def refusal(self, token: str | None, env_id: str, *, advice: str = TOKEN_ADVICE) -> p.Error | None:
-        """Why a new session may not open, or None when it may (checked in this order); `advice` says
-        how this client can send a token."""
-        if self.token is not None and not hmac.compare_digest((token or "").encode(), self.token.encode()):
-            why = "none was sent" if not token else "the one sent is wrong"
-            return p.Error(kind="auth", message=f"the server needs a token ({why}): {advice}")
-        if self.resolve(env_id) is None:
-            return p.Error(
-                kind="unknown_env",
-                message=f"this server does not serve {env_id!r}; it serves {self.served()}",
-            )
-        if self.active >= self.max_sessions:
-            return p.Error(
-                kind="busy",
-                message=f"the server is full ({self.max_sessions} sessions); retry later or start "
-                "another server with more --max-sessions",
-            )
-        return None
-
-    def metrics(self) -> dict[str, float | None]:
-        steps = self.counts["steps"]
-        counts = self.counts + self.doors.counts
-        return {
-            "sessions_active": self.active,
-            "max_sessions": self.max_sessions,
-            "uptime_seconds": time.monotonic() - self.started,
-            "mean_step_seconds": self.step_seconds / steps if steps else None,
-            **{name: counts[name] for name in COUNTERS},
-        }
-
+from envhub.serve.session import Reply, ServeState, Session, hold
 
 _CLOSE_CODE = {"auth": p.CLOSE_AUTH, "unknown_env": p.CLOSE_UNKNOWN_ENV, "busy": p.CLOSE_BUSY}
 _HTTP_STATUS = {"auth": 401, "unknown_env": 404, "busy": 503}
@@ -201,7 +109,7 @@ async def _describe(request: Request) -> JSONResponse:
 
 async def _session(ws: WebSocket) -> None:
     """Refuse the upgrade (token, unknown id, full) with an HTTP answer before any frame is read, or
-    take a slot and serve the episode.
+    take a slot and serve the episode in envhub's frames.
 
     With a token the session is authorised at the upgrade; without one, its `open` must come within
     `--open-timeout` and fit in the small pre-open frame cap (see envhub.serve.doors).
@@ -212,20 +120,7 @@ async def _session(ws: WebSocket) -> None:
         state.counts[f"refused_{refusal.kind}"] += 1
         await deny(ws, refusal, _HTTP_STATUS[refusal.kind])
         return
-    state.active += 1  # no await since the check above: the count cannot overshoot
-    try:
-        session = _Session(state, state.env_ids[ws.path_params["env_id"]], ws.scope.get("client"))
-        if state.token is not None:
-            session.authorise()
-        await ws.accept()
-        try:
-            await session.serve(ws)
-        except WebSocketDisconnect:
-            pass  # the client left mid-answer: its episode is over, the env is closed below
-        finally:
-            await session.close()
-    finally:
-        state.active -= 1
+    await hold(ws, state, state.env_ids[ws.path_params["env_id"]], _Envhub())
 
 
 async def deny(ws: WebSocket, refusal: p.Error, status: int) -> None:
@@ -237,130 +132,73 @@ async def deny(ws: WebSocket, refusal: p.Error, status: int) -> None:
         await ws.close(code=_CLOSE_CODE.get(refusal.kind, p.CLOSE_AUTH), reason=refusal.kind)
 
 
-class _Session:
-    """One episode's env and the frames that drive it."""
+class _Envhub:
+    """envhub's protocol at the edge of a session (an `Edge`): its frames in, the session's calls, its
+    frames out; the env's own exceptions become errors that keep their kind."""
 
-    def __init__(self, state: ServeState, env_id: str, peer: Any) -> None:
-        self.state, self.env_id, self.peer = state, env_id, peer
-        self.env: Env | None = None
-        self.open_by = time.monotonic() + state.open_seconds
-        self.authorised = False
+    silent_reason = "no open in time"
 
-    def authorise(self) -> None:
-        """The token was right (at the upgrade), or, with none set, the client sent `open`: from here on
-        the session has the lease and a session's frame cap (see envhub.serve.doors)."""
-        self.authorised = True
-        self.state.doors.authorised(self.peer)
+    def lease_frame(self, message: str) -> str:
+        return p.Error(kind="lease", message=message).model_dump_json()
 
-    async def serve(self, ws: WebSocket) -> None:
-        """Answer frames until the client closes, leaves, idles past the lease or sends no `open` in time."""
-        text = await self.receive(ws)
-        while text is not None:
-            try:
-                frame = p.client_frame.validate_json(text)
-            except ValidationError as exc:
-                await ws.send_text(p.Error(kind="bad_request", message=str(exc)).model_dump_json())
-            else:
-                if isinstance(frame, p.Close):
-                    return  # Starlette closes the socket once the handler returns
-                if isinstance(frame, p.Open) and not self.authorised:
-                    self.authorise()
-                await self.send(ws, await self.answer(frame))
-            text = await self.receive(ws)
-
-    async def receive(self, ws: WebSocket) -> str | None:
-        """The next frame's text; None when the client left, idled past the lease (then reaped), or,
-        unauthorised, sent no `open` by its deadline."""
-        opening = not self.authorised
-        wait = max(self.open_by - time.monotonic(), 0.0) if opening else self.state.lease_seconds
+    async def answer(self, session: Session, text: str) -> Reply | None:
         try:
-            return await asyncio.wait_for(ws.receive_text(), wait)
-        except (WebSocketDisconnect, KeyError):  # KeyError: a binary frame, which no client of ours sends
+            frame = p.client_frame.validate_json(text)
+        except ValidationError as exc:
+            return Reply(p.Error(kind="bad_request", message=str(exc)).model_dump_json())
+        if isinstance(frame, p.Close):
             return None
-        except TimeoutError:
-            if opening:
-                self.state.counts["open_timeouts"] += 1
-                await ws.close(code=p.CLOSE_LEASE, reason="no open in time")
-                return None
-            self.state.counts["sessions_reaped"] += 1
-            message = f"the session was idle past its lease ({self.state.lease_seconds:g} s) and closed"
-            await ws.send_text(p.Error(kind="lease", message=message).model_dump_json())
-            await ws.close(code=p.CLOSE_LEASE, reason="lease")
-            return None
+        if isinstance(frame, p.Open) and not session.authorised:
+            session.authorise()
+        return Reply(_dump(await self.reply(session, frame)))
 
-    async def send(self, ws: WebSocket, reply: _Reply) -> None:
-        try:
-            text = reply.model_dump_json()
-        except PydanticSerializationError as exc:  # an info value JSON cannot carry
-            text = p.Error(
-                kind="infrastructure", message=f"the env's answer is not JSON: {exc}"
-            ).model_dump_json()
-        await ws.send_text(text)
-
-    async def answer(self, frame: p.Open | p.Reset | p.Step | p.Reference) -> _Reply:
-        """The reply to one frame; the env's own exceptions become errors that keep their kind."""
-        if self.env is None and not isinstance(frame, p.Open):
+    async def reply(self, session: Session, frame: p.Open | p.Reset | p.Step | p.Reference) -> _Reply:
+        if session.env is None and not isinstance(frame, p.Open):
             return p.Error(
                 kind="episode_state", message="open the session (send 'open') before anything else"
             )
         try:
             if isinstance(frame, p.Open):
-                return await self.open(frame)
+                return await self.open(session, frame)
             if isinstance(frame, p.Reset):
-                return await self.reset(frame)
+                observation, info = await session.reset(seed=frame.seed, options=frame.options)
+                return p.ResetDone(observation=observation, info=info)
             if isinstance(frame, p.Step):
-                return await self.step(frame)
-            return await self.reference(frame)
+                result = await session.step(frame.action())
+                return p.StepDone(
+                    observation=result.observation,
+                    reward=result.reward,
+                    terminated=result.terminated,
+                    truncated=result.truncated,
+                    info=result.info,
+                )
+            action = await session.reference(frame.messages)
+            return p.ReferenceDone(action=None if action is None else p.Step.of(action))
         except EpisodeStateError as exc:
             return p.Error(kind="episode_state", message=str(exc))
         except Exception as exc:  # the env's own failure: the client raises it as an InfrastructureError
-            self.state.counts["env_errors"] += 1
+            session.env_failed()
             return p.Error(kind="infrastructure", message=f"{type(exc).__name__}: {exc}")
 
-    async def open(self, frame: p.Open) -> p.Hello | p.Error:
-        if self.env is not None:
+    async def open(self, session: Session, frame: p.Open) -> p.Hello | p.Error:
+        if session.env is not None:
             return p.Error(kind="bad_request", message="the session is already open")
         try:
-            self.env = await asyncio.to_thread(
-                registry.make, self.env_id, max_turns=frame.max_turns, **frame.kwargs
-            )
+            env = await session.make(max_turns=frame.max_turns, kwargs=frame.kwargs)
         except (TypeError, ValueError) as exc:  # the caller's options: not retryable, said as given
             return p.Error(kind="bad_request", message=f"{type(exc).__name__}: {exc}")
-        self.state.counts["sessions_opened"] += 1
-        assert self.env.spec is not None  # registry.make sets it
-        spec = stamp(self.env.spec)  # a served env's episodes carry the lock hash of what runs here
-        return p.Hello(spec=spec, tools=self.env.tools, lease_seconds=self.state.lease_seconds)
+        assert env.spec is not None  # registry.make sets it
+        spec = stamp(env.spec)  # a served env's episodes carry the lock hash of what runs here
+        return p.Hello(spec=spec, tools=env.tools, lease_seconds=session.state.lease_seconds)
 
-    async def reset(self, frame: p.Reset) -> p.ResetDone:
-        assert self.env is not None
-        observation, info = await self.env.reset(seed=frame.seed, options=frame.options)
-        self.state.counts["episodes"] += 1
-        return p.ResetDone(observation=observation, info=info)
 
-    async def step(self, frame: p.Step) -> p.StepDone:
-        assert self.env is not None
-        started = time.perf_counter()
-        result = await self.env.step(frame.action())
-        self.state.step_seconds += time.perf_counter() - started
-        self.state.counts["steps"] += 1
-        return p.StepDone(
-            observation=result.observation,
-            reward=result.reward,
-            terminated=result.terminated,
-            truncated=result.truncated,
-            info=result.info,
-        )
-
-    async def reference(self, frame: p.Reference) -> p.ReferenceDone:
-        assert self.env is not None
-        action = await asyncio.to_thread(self.env.reference_action, frame.messages)
-        return p.ReferenceDone(action=None if action is None else p.Step.of(action))
-
-    async def close(self) -> None:
-        if self.env is not None:
-            with contextlib.suppress(Exception):  # the session is over either way
-                await self.env.close()
-            self.env = None
+def _dump(reply: _Reply) -> str:
+    try:
+        return reply.model_dump_json()
+    except PydanticSerializationError as exc:  # an info value JSON cannot carry
+        return p.Error(
+            kind="infrastructure", message=f"the env's answer is not JSON: {exc}"
+        ).model_dump_json()
 
 
 _Reply = p.Hello | p.ResetDone | p.StepDone | p.ReferenceDone | p.Error

@@ -5,10 +5,12 @@ OpenEnv's URLs name no env, so each served id gets its own base, `http://HOST:PO
 which sit OpenEnv's endpoints (`/ws`, `/reset`, `/step`, `/state`, `/schema`, `/metadata`, `/health`);
 when the server serves exactly one id, they are also at the root, where OpenEnv clients look by default;
 when it serves several, the root answers an OpenEnv client with the list of ids and their base URLs.
-A websocket session is one env, made for it, as in envhub's own protocol, under the same token,
-`--max-sessions`, lease and doors (`envhub.serve.doors`). openenv-core's client sends no headers and
-appends `/ws` to its base URL (so a `?token=` there would be cut off), so the token rides in the URL's
-user info (`http://envhub:TOKEN@HOST:PORT/...`, which a websocket client sends as Basic auth).
+A websocket session is the one session class of `envhub serve` (`envhub.serve.session`), as envhub's
+own protocol gets: one env made for it, the same token, `--max-sessions`, lease, counters and doors
+(`envhub.serve.doors`); this module only translates OpenEnv's frames into its calls and back.
+openenv-core's client sends no headers and appends `/ws` to its base URL (so a `?token=` there would
+be cut off), so the token rides in the URL's user info (`http://envhub:TOKEN@HOST:PORT/...`, which a
+websocket client sends as Basic auth).
 
 Every refusal (token, unknown id, full) is decided on the upgrade, before a frame is read, and reaches
 the client as openenv-core's own error frame: the socket is accepted only to say why (the reply to the
@@ -26,11 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 import uuid
-from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import HTTPConnection, Request
@@ -42,30 +42,9 @@ from envhub.core import Action, Env, EpisodeStateError, Observation
 from envhub.integrations.openenv import wire
 from envhub.registration import registry
 from envhub.serve import protocol as p
+from envhub.serve.session import Reply, ServeState, Session, hold
 
 PREFIX = "/openenv"
-
-
-class Doors(Protocol):
-    def authorised(self, peer: Any) -> None: ...
-
-
-class ServeState(Protocol):
-    """What these routes use of `envhub.serve.server.ServeState` (named here: that module mounts these)."""
-
-    env_ids: dict[str, str]
-    max_sessions: int
-    token: str | None
-    lease_seconds: float
-    open_seconds: float
-    doors: Doors
-    active: int
-    counts: Counter[str]
-    step_seconds: float
-
-    def served(self) -> list[str]: ...
-
-    def refusal(self, token: str | None, env_id: str, *, advice: str = ...) -> p.Error | None: ...
 
 
 class ToolCallAction(BaseModel):
@@ -230,25 +209,14 @@ def _refused(refusal: p.Error, state: ServeState) -> JSONResponse:
 
 async def _session(ws: WebSocket, env_id: str) -> None:
     """One OpenEnv session: refused (token, unknown id, full) with openenv-core's error frame, or served
-    until the client closes, leaves or idles past the lease."""
+    as the serve session any protocol gets, until the client closes, leaves or idles past the lease."""
     state: ServeState = ws.app.state.serve
     refusal = _refusal(ws, env_id)
     if refusal is not None:
         state.counts[f"refused_{refusal.kind}"] += 1
         await _refuse(ws, refusal, state)
         return
-    state.active += 1  # no await since the check above: the count cannot overshoot
-    session = _Session(state, state.env_ids[env_id], ws.scope.get("client"))  # resolved by the check
-    try:
-        if state.token is not None:
-            session.authorise()
-        await ws.accept()
-        await session.serve(ws)
-    except WebSocketDisconnect:
-        pass  # the client left mid-answer: its episode is over, the env is closed below
-    finally:
-        state.active -= 1
-        await session.close()
+    await hold(ws, state, state.env_ids[env_id], _OpenEnv(state.env_ids[env_id]))  # resolved by the check
 
 
 async def _refuse(ws: WebSocket, refusal: p.Error, state: ServeState) -> None:
@@ -271,71 +239,43 @@ async def _refuse(ws: WebSocket, refusal: p.Error, state: ServeState) -> None:
         await ws.close(code=_CLOSE_CODE.get(refusal.kind, p.CLOSE_AUTH), reason=refusal.kind)
 
 
-class _Session:
-    """One OpenEnv client's env: made at its first frame, reset and stepped by its frames."""
+class _OpenEnv:
+    """OpenEnv's protocol at the edge of one session (an `Edge`): its frames read into the session's
+    calls, its answers and openenv-core's error codes written back, and OpenEnv's episode state kept."""
 
-    def __init__(self, state: ServeState, env_id: str, peer: Any) -> None:
-        self.state, self.env_id, self.peer = state, env_id, peer
-        self.env: Env | None = None
+    silent_reason = "no message in time"
+
+    def __init__(self, env_id: str) -> None:
         self.episode = EnvhubState(env_id=env_id)
-        self.authorised = False
 
-    def authorise(self) -> None:
-        """The token was right (at the upgrade), or, with none set, the client sent its first frame."""
-        self.authorised = True
-        self.state.doors.authorised(self.peer)
+    def lease_frame(self, message: str) -> str:
+        return wire.ErrorFrame.of(wire.SESSION_ERROR, message).model_dump_json()
 
-    async def serve(self, ws: WebSocket) -> None:
-        """Answer frames until the client closes, leaves or idles; the env is made for the first frame
-        (so a socket that never speaks costs no env), which authorises the session when no token is set."""
-        while (text := await self.receive(ws)) is not None:
-            if not self.authorised:
-                self.authorise()
-            if self.env is None:
-                try:
-                    self.env = await asyncio.to_thread(registry.make, self.env_id)
-                except Exception as exc:  # any failure to make the env is the factory's
-                    message = f"could not make {self.env_id}: {type(exc).__name__}: {exc}"
-                    await ws.send_text(wire.ErrorFrame.of(wire.FACTORY_ERROR, message).model_dump_json())
-                    return
-                self.state.counts["sessions_opened"] += 1
-            reply = await self.answer(text)
-            if reply is None:
-                return  # the client's close; Starlette closes the socket once the handler returns
-            await ws.send_text(_json(reply))
-
-    async def receive(self, ws: WebSocket) -> str | None:
-        """The next frame's text; None when the client left, idled past the lease (then reaped), or,
-        unauthorised, sent nothing within `--open-timeout`."""
-        wait = self.state.lease_seconds if self.authorised else self.state.open_seconds
-        try:
-            return await asyncio.wait_for(ws.receive_text(), wait)
-        except (WebSocketDisconnect, KeyError):  # KeyError: a binary frame, which OpenEnv clients never send
-            return None
-        except TimeoutError:
-            if not self.authorised:
-                self.state.counts["open_timeouts"] += 1
-                await ws.close(code=p.CLOSE_LEASE, reason="no message in time")
-                return None
-            self.state.counts["sessions_reaped"] += 1
-            message = f"the session was idle past its lease ({self.state.lease_seconds:g} s) and closed"
-            await ws.send_text(wire.ErrorFrame.of(wire.SESSION_ERROR, message).model_dump_json())
-            await ws.close(code=p.CLOSE_LEASE, reason="lease")
-            return None
-
-    async def answer(self, text: str) -> BaseModel | None:
-        """The reply to one frame (None for `close`), with openenv-core's error codes."""
+    async def answer(self, session: Session, text: str) -> Reply | None:
+        """The reply to one frame (None for `close`). Any first frame authorises the session when no
+        token is set, and the env is made for it (so a socket that never speaks costs no env)."""
+        if not session.authorised:
+            session.authorise()
+        if session.env is None:
+            try:
+                await session.make()
+            except Exception as exc:  # any failure to make the env is the factory's
+                message = f"could not make {session.env_id}: {type(exc).__name__}: {exc}"
+                return Reply(wire.ErrorFrame.of(wire.FACTORY_ERROR, message).model_dump_json(), last=True)
         try:
             frame = wire.client_frame.validate_json(text)
         except ValidationError as exc:
-            return _unreadable(text, exc)
+            return Reply(_unreadable(text, exc).model_dump_json())
         if isinstance(frame, wire.Close):
             return None
+        return Reply(_json(await self.reply(session, frame)))
+
+    async def reply(self, session: Session, frame: wire.Reset | wire.Step | wire.State) -> BaseModel:
         try:
             if isinstance(frame, wire.Reset):
-                return wire.ObservationFrame(data=await self.reset(frame.data))
+                return wire.ObservationFrame(data=await self.reset(session, frame.data))
             if isinstance(frame, wire.Step):
-                return wire.ObservationFrame(data=await self.step(frame.data))
+                return wire.ObservationFrame(data=await self.step(session, frame.data))
             return wire.StateFrame(data=self.episode.model_dump())
         except ValidationError as exc:  # the action (or a reset option) does not fit the schema
             errors = wire.validation_errors(exc)
@@ -343,39 +283,25 @@ class _Session:
         except EpisodeStateError as exc:
             return wire.ErrorFrame.of(wire.EXECUTION_ERROR, str(exc))
         except Exception as exc:  # the env's own failure: the machinery, not the agent
-            self.state.counts["env_errors"] += 1
+            session.env_failed()
             return wire.ErrorFrame.of(wire.EXECUTION_ERROR, f"{type(exc).__name__}: {exc}")
 
-    async def reset(self, data: dict[str, Any]) -> wire.StepData:
-        assert self.env is not None
+    async def reset(self, session: Session, data: dict[str, Any]) -> wire.StepData:
         request = wire.ResetRequest.model_validate(data)
-        options = request.model_extra or None
-        observation, info = await self.env.reset(seed=request.seed, options=options)
-        self.state.counts["episodes"] += 1
+        observation, info = await session.reset(seed=request.seed, options=request.model_extra or None)
         self.episode = EnvhubState(
-            episode_id=request.episode_id or str(uuid.uuid4()), env_id=self.env_id, seed=info.get("seed")
+            episode_id=request.episode_id or str(uuid.uuid4()), env_id=session.env_id, seed=info.get("seed")
         )
-        return wire.StepData(observation=_dump(EnvhubObservation.of(observation, info, env=self.env)))
+        return wire.StepData(observation=_dump(EnvhubObservation.of(observation, info, env=session.env)))
 
-    async def step(self, data: dict[str, Any]) -> wire.StepData:
-        assert self.env is not None
-        action = EnvhubAction.model_validate(data).to_envhub()
-        started = time.perf_counter()
-        result = await self.env.step(action)
-        self.state.step_seconds += time.perf_counter() - started
-        self.state.counts["steps"] += 1
+    async def step(self, session: Session, data: dict[str, Any]) -> wire.StepData:
+        result = await session.step(EnvhubAction.model_validate(data).to_envhub())
         done = result.terminated or result.truncated
         self.episode = self.episode.model_copy(
             update={"step_count": self.episode.step_count + 1, "done": done}
         )
         observation = EnvhubObservation.of(result.observation, result.info, truncated=result.truncated)
         return wire.StepData(observation=_dump(observation), reward=result.reward, done=done)
-
-    async def close(self) -> None:
-        if self.env is not None:
-            with contextlib.suppress(Exception):  # the session is over either way
-                await self.env.close()
-            self.env = None
 
 
 def _unreadable(text: str, exc: ValidationError) -> wire.ErrorFrame:
