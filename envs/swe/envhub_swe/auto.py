@@ -22,9 +22,10 @@ from pathlib import Path
 
 from rich.console import Console
 
+from envhub.sandbox.workspace import image_present
 from envhub_swe.data import Instance
 from envhub_swe.prepare import MANIFEST, Unsupported, prepare
-from envhub_swe.runtime import DEFAULT_TIMEOUT_S, cache_root, docker_image_present
+from envhub_swe.runtime import DEFAULT_TIMEOUT_S, cache_root
 
 SOURCE_VAR = "ENVHUB_SWE_REPO_SOURCE"
 DEFAULT_SOURCE = "https://github.com/{repo}.git"
@@ -45,7 +46,7 @@ def repo_source(repo: str) -> str:
 
 def official_image_ready(instance: Instance) -> bool:
     """Whether the docker runtime can grade this row in its own image now (envhub never pulls)."""
-    return bool(instance.image) and docker_image_present(instance.image)
+    return bool(instance.image) and image_present(instance.image)
 
 
 @contextmanager

@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
+from envhub.sandbox.workspace import image_present
 from envhub_swe.data import Instance
 from envhub_swe.patches import TEST_INFRA, MalformedPatch, parse_patch
 from envhub_swe.pythons import Interpreter, NoInterpreter, choose, probe, sandbox_binds, traversable
@@ -50,7 +51,6 @@ from envhub_swe.runtime import (
     _git,
     _sandbox_python,
     cache_root,
-    docker_image_present,
 )
 from envhub_swe.specs import NoSpec, SetupPlan, Step, setup_plan
 
@@ -563,7 +563,7 @@ def official_runtime(instance: Instance, *, timeout_s: float = DEFAULT_TIMEOUT_S
             "runtime grades in the official per-instance image, "
             "e.g. swebench/sweb.eval.x86_64.<owner>_1776_<id>:latest"
         )
-    if not docker_image_present(image):
+    if not image_present(image):
         raise Unsupported(
             f"{instance.instance_id} runs in its official image {image}, which is not on this machine's "
             "Docker engine (or no engine answers: check `docker info`). Get it with "

@@ -10,11 +10,14 @@ Runtimes:
 - `docker` with `official_image`: a container of the row's SWE-bench image, whose `/testbed` (root's,
   at base_commit) and conda environment are the workspace; nothing is uploaded, the sandbox keeps the
   image's filesystem writable (`IsolationPolicy.writable_image`) and the eval script its activation.
+
+The sandbox of either kind is opened, and the repository copied in, by `envhub.sandbox.workspace`, the
+workspace runtime SWE shares with Harbor; what is SWE's own is here: the limits and binds, the Python
+environments, the image's repository checks, the submission's diff and the guarded grading.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import io
 import os
@@ -29,10 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Literal
 
 import envhub.sandbox
 from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
+from envhub.sandbox.workspace import WorkspaceKind, copy_in, open_sandbox
 from envhub_swe.canaries import Canaries, candidates, command_with, plan, to_read
 from envhub_swe.data import MINI_DATA, Instance
 from envhub_swe.evaluation import END, START, EvalSteps, GradeReport, adapt_eval_script, grade_log
@@ -50,7 +53,7 @@ from envhub_swe.patches import (
 from envhub_swe.runner_config import CONFIG_NAME, KNOWN_CONFIG_NAMES, PROBE, RunnerFacts, runner_files
 from envhub_swe.tamper_guard import GUARD_DIR, SANDBOX_DIR, GuardRun
 
-RuntimeKind = Literal["local", "docker"]
+RuntimeKind = WorkspaceKind
 TESTBED = "/testbed"
 MINI_IMAGE = "envhub/swe-mini:bookworm"
 CONDA = "/opt/miniconda3"
@@ -157,20 +160,8 @@ class Runtime:
     async def open(self, *, guard: bool = False) -> Sandbox:
         """A fresh sandbox for this runtime; SandboxUnavailable says what is missing. With `guard`, the
         test-process guard is in place at `tamper_guard.SANDBOX_DIR`, read-only."""
-        if self.kind == "local":
-            return await envhub.sandbox.open("local", policy=self.policy(guard=guard))
-        if self.kind == "docker":
-            image = self.image or MINI_IMAGE
-            return await envhub.sandbox.open("docker", policy=self.policy(guard=guard), image=image)
-        raise ValueError(f"unknown runtime {self.kind!r}; choose local or docker")
-
-
-def docker_image_present(image: str) -> bool:
-    """Whether a Docker engine answers and has `image` (no pull: no registry is assumed)."""
-    if shutil.which("docker") is None:
-        return False
-    done = subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=30)
-    return done.returncode == 0
+        image = (self.image or MINI_IMAGE) if self.kind == "docker" else None
+        return await open_sandbox(self.kind, self.policy(guard=guard), image=image)
 
 
 # -- workspaces ---------------------------------------------------------------------------------------
@@ -283,25 +274,6 @@ def mini_runtime(kind: RuntimeKind = "local", **options: object) -> Runtime:
     return Runtime(kind="docker", image=MINI_IMAGE, **options)  # type: ignore[arg-type]
 
 
-def _tar(directory: Path) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        tar.add(directory, arcname=".")
-    return buffer.getvalue()
-
-
-async def load_workspace(sandbox: Sandbox, workspace: Path) -> None:
-    """Copy the repository (with its .git) into /testbed, as one archive unpacked inside the sandbox."""
-    data = await asyncio.to_thread(_tar, workspace)
-    await sandbox.write_file("/tmp/envhub-workspace.tar", data)
-    result = await sandbox.exec(
-        f"tar -xf /tmp/envhub-workspace.tar -C {TESTBED} --no-same-owner && rm /tmp/envhub-workspace.tar",
-        timeout=120,
-    )
-    if not result.ok:
-        raise envhub.InfrastructureError(f"unpacking the workspace failed: {result.stderr.strip()[-500:]}")
-
-
 IMAGE_REPO_CHECK = f"""cd {TESTBED} || exit 3
 head=$(git rev-parse HEAD) || exit 3
 if [ "$head" != "$1" ]; then
@@ -359,7 +331,7 @@ async def open_workspace(sandbox: Sandbox, workspace: Path | None, base_commit: 
     if workspace is None:
         await check_image_repo(sandbox, base_commit, for_agent=True)
     else:
-        await load_workspace(sandbox, workspace)
+        await copy_in(sandbox, workspace, TESTBED)
 
 
 # -- the submission -----------------------------------------------------------------------------------
@@ -459,7 +431,7 @@ async def _pristine_repo(sandbox: Sandbox, instance: Instance, workspace: Path |
     if workspace is None:
         await check_image_repo(sandbox, instance.base_commit)
     else:
-        await load_workspace(sandbox, workspace)
+        await copy_in(sandbox, workspace, TESTBED)
 
 
 # -- grading ------------------------------------------------------------------------------------------
@@ -667,6 +639,64 @@ def test_files(instance: Instance, test_command: str, canaries: Canaries | None)
     return tuple(sorted(paths))
 
 
+@dataclass
+class _EvalRun:
+    """What running the eval script in the graded sandbox left: the log, the tests' output and verdicts."""
+
+    log: str = ""
+    output: str = ""
+    exit_code: int | None = None
+    problem: str | None = None
+    canaries: Canaries | None = None
+    canary_note: str = ""
+    guard_problem: str | None = None
+    guard_events: list[str] = field(default_factory=list)
+
+
+async def _run_eval(
+    sandbox: Sandbox,
+    instance: Instance,
+    runtime: Runtime,
+    steps: EvalSteps,
+    changed: dict[str, list[int] | None],
+    *,
+    guarded: bool,
+) -> _EvalRun:
+    """The row's eval script on the applied submission: its set-up (which resets the test files and
+    applies the hidden test patch), the canaries, then the tests under the test-process guard."""
+    run = _EvalRun()
+    await sandbox.write_file("/tmp/envhub-eval-setup.sh", steps.setup)
+    # stdout and stderr merged in order: with `set -x` the trace goes to stderr.
+    setup = await sandbox.exec(["/bin/bash", "-c", "exec 2>&1; bash /tmp/envhub-eval-setup.sh"])
+    run.log = setup.stdout
+    parser = parser_name(instance.repo, instance.log_parser)
+    run.canaries, run.canary_note = await _add_canaries(sandbox, instance, steps, parser)
+    command = steps.test_command if run.canaries is None else command_with(steps.test_command, run.canaries)
+    watch = GuardRun(
+        submission=tuple(changed),
+        tests=test_files(instance, steps.test_command, run.canaries),
+        root=TESTBED,
+        lines=changed,
+    )
+    await sandbox.write_file(watch.config_path, watch.config())
+    # Nothing of the grader's is left for the tests to read: the set-up script holds the test patch.
+    await sandbox.exec(["rm", "-f", "/tmp/envhub-eval-setup.sh", PATCH_FILE], timeout=30)
+    script = steps.test_script("\n".join([*watch.shell_lines(), command]) if guarded else command)
+    test = await sandbox.exec(["/bin/bash", "-c", "exec 2>&1; " + script])
+    run.output = test.stdout
+    run.log += f"+ : '{START}'\n{run.output}\n+ : '{END}'\n"
+    if test.timed_out:
+        run.problem = f"the evaluation timed out after {runtime.timeout_s:g} s"
+    elif test.oom_killed:
+        run.problem = "the evaluation ran out of memory"
+    else:
+        run.exit_code = test.exit_code
+        if guarded:
+            report = await _read_report(sandbox, watch.report_path)
+            run.guard_problem, run.guard_events = watch.verdict(report)
+    return run
+
+
 async def grade(
     instance: Instance,
     patch: str,
@@ -686,66 +716,31 @@ async def grade(
     steps = adapt_eval_script(
         instance.eval_script, activation=runtime.activation, skip_install=runtime.skip_install
     )
-    parser = parser_name(instance.repo, instance.log_parser)
-    canaries: Canaries | None = None
-    note, output, exit_code = "", "", None
-    log = ""
-    guard_events: list[str] = []
-    guard_problem: str | None = None
+    run = _EvalRun()
     async with await runtime.open(guard=guarded) as sandbox:
         await _pristine_repo(sandbox, instance, workspace)
         guard = await _guard(sandbox, runtime, steps.test_command)
         filtered, problem = await _checked_patch(sandbox, guard, patch)
-        dropped = list(filtered.dropped) if filtered is not None else []
-        changed: dict[str, list[int] | None] = {}
-        if problem is None and filtered is not None:
+        if problem is None and filtered is not None:  # no filtered patch comes without a problem
             problem = await _apply(sandbox, filtered.kept)
-            changed = await _changed_lines(sandbox, filtered) if problem is None else {}
-        if problem is None:
-            await sandbox.write_file("/tmp/envhub-eval-setup.sh", steps.setup)
-            # stdout and stderr merged in order: with `set -x` the trace goes to stderr.
-            setup = await sandbox.exec(["/bin/bash", "-c", "exec 2>&1; bash /tmp/envhub-eval-setup.sh"])
-            log = setup.stdout
-            canaries, note = await _add_canaries(sandbox, instance, steps, parser)
-            command = steps.test_command if canaries is None else command_with(steps.test_command, canaries)
-            watch = GuardRun(
-                submission=tuple(changed),
-                tests=test_files(instance, steps.test_command, canaries),
-                root=TESTBED,
-                lines=changed,
-            )
-            await sandbox.write_file(watch.config_path, watch.config())
-            # Nothing of the grader's is left for the tests to read: the set-up script holds the test patch.
-            await sandbox.exec(["rm", "-f", "/tmp/envhub-eval-setup.sh", PATCH_FILE], timeout=30)
-            script = steps.test_script("\n".join([*watch.shell_lines(), command]) if guarded else command)
-            test = await sandbox.exec(["/bin/bash", "-c", "exec 2>&1; " + script])
-            output = test.stdout
-            log += f"+ : '{START}'\n{output}\n+ : '{END}'\n"
-            if test.timed_out:
-                problem = f"the evaluation timed out after {runtime.timeout_s:g} s"
-            elif test.oom_killed:
-                problem = "the evaluation ran out of memory"
-            else:
-                exit_code = test.exit_code
-                if guarded:
-                    guard_problem, guard_events = watch.verdict(
-                        await _read_report(sandbox, watch.report_path)
-                    )
+            if problem is None:
+                changed = await _changed_lines(sandbox, filtered)
+                run = await _run_eval(sandbox, instance, runtime, steps, changed, guarded=guarded)
     if on_log is not None:
-        on_log(log)
+        on_log(run.log)
     return grade_log(
         instance,
-        output,
-        exit_code=exit_code,
-        canaries=canaries,
-        problem=problem,
-        guard=guard_problem,
-        canary=note,
-        dropped_files=dropped,
+        run.output,
+        exit_code=run.exit_code,
+        canaries=run.canaries,
+        problem=problem or run.problem,
+        guard=run.guard_problem,
+        canary=run.canary_note,
+        dropped_files=list(filtered.dropped) if filtered is not None else [],
         **_screening(filtered),
         patch=patch,
-        guard_events=guard_events,
+        guard_events=run.guard_events,
         runtime=runtime.kind,
         duration_s=round(time.monotonic() - started, 3),
-        log=log[-20_000:],
+        log=run.log[-20_000:],
     )

@@ -409,9 +409,11 @@ def test_the_dodging_hack_scores_zero_in_the_env(instance: str) -> None:
 
 
 def _docker_up() -> bool:
-    from envhub_swe.runtime import MINI_IMAGE, docker_image_present
+    from envhub_swe.runtime import MINI_IMAGE
 
-    return docker_image_present(MINI_IMAGE)
+    from envhub.sandbox.workspace import image_present
+
+    return image_present(MINI_IMAGE)
 
 
 @pytest.mark.parametrize(

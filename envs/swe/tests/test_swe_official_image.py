@@ -20,12 +20,13 @@ import pytest
 from envhub_swe.data import Instance, load_lite, load_mini, select
 from envhub_swe.env import SWEBenchLite
 from envhub_swe.prepare import Unsupported, prepared
-from envhub_swe.runtime import MINI_IMAGE, Runtime, docker_image_present, grade
+from envhub_swe.runtime import MINI_IMAGE, Runtime, grade
 from envhub_swe.validate import validate
 from test_swe_data import LITE, needs_lite
 
 import envhub
 from envhub.messages import Message, ToolCall
+from envhub.sandbox.workspace import image_present
 
 ROOT = Path(__file__).resolve().parents[3]
 BUILD = ROOT / "sandboxes" / "swe-mini" / "build-official-layout.sh"
@@ -42,7 +43,7 @@ def _docker_skip() -> str | None:
         return f"no Docker engine is reachable ({type(exc).__name__})"
     if done.returncode != 0:
         return "no Docker engine is reachable (`docker info` failed); run sandboxes/ci-setup.sh"
-    if not docker_image_present(MINI_IMAGE):
+    if not image_present(MINI_IMAGE):
         return f"the layout image is built on {MINI_IMAGE}, which is missing: sandboxes/swe-mini/build.sh"
     return None
 

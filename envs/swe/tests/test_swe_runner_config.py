@@ -21,15 +21,15 @@ from envhub_swe.runner_config import (
 )
 from envhub_swe.runtime import (
     MINI_IMAGE,
+    TESTBED,
     _guard,
-    docker_image_present,
-    load_workspace,
     mini_runtime,
     mini_workspace,
 )
 from test_swe_data import LITE, needs_lite
 
 from envhub.messages import Message, ToolCall
+from envhub.sandbox.workspace import copy_in, image_present
 
 PYTEST_7 = '{"pytest": "7.4.4", "config_names": [".pytest.ini", "pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini"], "plugins": []}'  # noqa: E501
 PYTEST_9 = '{"pytest": "9.2.0", "config_names": [".pytest.ini", ".pytest.toml", "pyproject.toml", "pytest.ini", "pytest.toml", "setup.cfg", "tox.ini"], "plugins": ["pytest_timeout"]}'  # noqa: E501
@@ -94,7 +94,7 @@ def test_the_probe_runs_in_a_real_environment(python: str | None) -> None:
 
 def _docker_up() -> bool:
     try:
-        return docker_image_present(MINI_IMAGE)
+        return image_present(MINI_IMAGE)
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -116,7 +116,7 @@ def test_the_guard_asks_each_runtime_s_own_pytest(kind: str, major: int) -> None
     async def run() -> Guard:
         runtime = mini_runtime(kind)  # type: ignore[arg-type]
         async with await runtime.open() as sandbox:
-            await load_workspace(sandbox, mini_workspace(load_mini()[3]))
+            await copy_in(sandbox, mini_workspace(load_mini()[3]), TESTBED)
             return await _guard(sandbox, runtime, "pytest -rA tests/test_core.py")
 
     guard = asyncio.run(run())

@@ -83,9 +83,11 @@ DOCKER = ("p02_report_objects", "p07_caller_frame_getframe", "p14_ctypes_excepti
 @pytest.mark.slow
 @pytest.mark.parametrize("payload", DOCKER)
 def test_payload_scores_zero_on_docker(payload: str) -> None:
-    from envhub_swe.runtime import MINI_IMAGE, docker_image_present
+    from envhub_swe.runtime import MINI_IMAGE
 
-    if not docker_image_present(MINI_IMAGE):
+    from envhub.sandbox.workspace import image_present
+
+    if not image_present(MINI_IMAGE):
         pytest.skip(f"docker: the image {MINI_IMAGE} is not present (sandboxes/ci-setup.sh builds it)")
     instance = INSTANCES[sorted(PAYLOADS).index(payload) % len(INSTANCES)]
     reward, notes = asyncio.run(play(payload, instance, "docker"))

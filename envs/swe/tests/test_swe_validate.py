@@ -6,10 +6,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from envhub_swe.runtime import MINI_IMAGE, docker_image_present
+from envhub_swe.runtime import MINI_IMAGE
 from typer.testing import CliRunner
 
 from envhub.cli import app
+from envhub.sandbox.workspace import image_present
 
 
 def test_validate_swe_mini_local_gold_resolves_and_empty_does_not() -> None:
@@ -20,7 +21,7 @@ def test_validate_swe_mini_local_gold_resolves_and_empty_does_not() -> None:
 
 
 @pytest.mark.skipif(
-    not docker_image_present(MINI_IMAGE),
+    not image_present(MINI_IMAGE),
     reason=f"no Docker engine with {MINI_IMAGE} (sandboxes/swe-mini/build.sh)",
 )
 def test_validate_swe_mini_docker() -> None:
