@@ -19,7 +19,6 @@ STILL_LONG: frozenset[str] = frozenset(
         "envhub/cli/rollout.py::rollout",
         "envhub/rollout/batch.py::rollout",
         "envhub/grading/python_tests.py::grade_python",
-        "envs/swe/envhub_swe/guard/sitecustomize.py::_install",
     }
 )
 

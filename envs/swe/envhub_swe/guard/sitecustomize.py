@@ -25,23 +25,28 @@ import contextlib
 import os
 import sys
 
+# The guard is built by the factories below, one job each: each returns closures over what it is given,
+# and `_install` wires them together; all of them are deleted after. So what the guard runs looks up no
+# name in this module's namespace at run time (the graded code could rebind one there) but `os` and
+# `sys`: each factory imports the modules its closures use, and a closure reaches the others through its
+# own cells, as when the guard was one function.
 
-def _install():
-    import atexit
-    import hashlib
-    import hmac
+
+def _settings():
+    """The guard's settings from the file `ENVHUB_GUARD` names (read once, then deleted) and the report
+    opened for appending; None, and no guard, without them."""
     import json
     import threading
 
     config_path = os.environ.pop("ENVHUB_GUARD", None)
     if not config_path:
-        return
+        return None
     try:
         with open(config_path) as handle:
             config = json.load(handle)
         os.unlink(config_path)
     except (OSError, ValueError):
-        return
+        return None
     key = bytes.fromhex(config["key"])
     root = config["root"]
     submission = frozenset(os.path.join(root, path) for path in config["submission"])
@@ -54,15 +59,34 @@ def _install():
     try:
         fd = os.open(config["report"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     except OSError:
-        return
-    report_stat = os.fstat(fd)
-    pid = os.getpid()
-    state = {"seq": {}, "events": 0, "busy": set(), "seen": set(), "snapshots": {}, "armed": False}
-    codes = set()  # code objects the submission ran through exec: theirs, whatever file name they claim
-    stdlib = tuple(
-        p for p in {os.path.dirname(os.__file__), os.path.dirname(threading.__file__)} if p
-    )  # the standard library's folder (site-packages below it are not stdlib)
-    site_dirs = tuple(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
+        return None
+    return {
+        "config": config,
+        "key": key,
+        "root": root,
+        "submission": submission,
+        "changed": changed,
+        "tests": tests,
+        "runner_in_repo": runner_in_repo,
+        "fd": fd,
+        "report_stat": os.fstat(fd),
+        "pid": os.getpid(),
+        "state": {"seq": {}, "events": 0, "busy": set(), "seen": set(), "snapshots": {}, "armed": False},
+        "codes": set(),  # code objects the submission ran through exec: theirs, whatever file name they claim
+        "stdlib": tuple(
+            p for p in {os.path.dirname(os.__file__), os.path.dirname(threading.__file__)} if p
+        ),  # the standard library's folder (site-packages below it are not stdlib)
+        "site_dirs": tuple(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))),
+    }
+
+
+def _reporter(guard):
+    """`write` appends a signed line to the report; `record` counts and writes one event."""
+    import hashlib
+    import hmac
+    import json
+
+    key, fd, report_stat, state = guard["key"], guard["fd"], guard["report_stat"], guard["state"]
 
     def write(kind, text):
         me = os.getpid()
@@ -78,6 +102,20 @@ def _install():
             os.write(fd, (mac + " " + body + "\n").encode())
         except OSError:
             state["events"] += 1
+
+    def record(event, detail, frame):
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
+        state["events"] += 1
+        write("event", f"{event} {detail} (from {where})")
+
+    return write, record
+
+
+def _judge(guard):
+    """Who is responsible for what a frame does: the standard library, the repository, or the submission
+    (the lines it wrote, and the code it ran through exec)."""
+    root, submission, changed, tests = guard["root"], guard["submission"], guard["changed"], guard["tests"]
+    codes, stdlib, site_dirs = guard["codes"], guard["stdlib"], guard["site_dirs"]
 
     def is_stdlib(filename):
         return filename.startswith(stdlib) and not filename.startswith(site_dirs)
@@ -133,13 +171,22 @@ def _install():
         if not isinstance(filename, str) or filename.startswith("<"):
             return False
         path = os.path.abspath(absolute(filename))
-        return path in tests or path.startswith(stdlib) or path.startswith(site_dirs)
+        return path in tests or path.startswith(stdlib + site_dirs)
 
-    def record(event, detail, frame):
-        where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
-        state["events"] += 1
-        write("event", f"{event} {detail} (from {where})")
+    return {
+        "absolute": absolute,
+        "owner": owner,
+        "submitted": submitted,
+        "any_submitted": any_submitted,
+        "adopt": adopt,
+        "disguised": disguised,
+        "frames": frames,
+        "is_stdlib": is_stdlib,
+    }
 
+
+def _metadata(frames, is_stdlib):
+    """`metadata_only`: whether a frame was asked for only to name a module or a log record's origin."""
     # Standard-library callers that look at a frame only to name a module (namedtuple, enum, typing)
     # or a log record's origin: they hand no frame back to their caller.
     metadata_callers = {"namedtuple", "_caller", "findCaller", "currentframe", "_make_nmtuple"}
@@ -157,6 +204,12 @@ def _install():
                 return True
         return False
 
+    return metadata_only
+
+
+def _runner():
+    """`is_runner`: whether a module is the test runner's (or builtins), whose entry points report the
+    results."""
     runner_prefixes = (
         "_pytest", "pytest", "pluggy", "unittest", "django.test",
         "sympy.testing.runtests", "sympy.utilities.runtests",
@@ -166,6 +219,14 @@ def _install():
         return name in ("builtins",) or any(
             name == prefix or name.startswith(prefix + ".") for prefix in runner_prefixes
         )
+
+    return is_runner
+
+
+def _snapshots(guard, absolute, is_runner):
+    """`take_snapshots` snapshots the runner's entry points and the tests' functions as their modules
+    finish importing; `callables_of` lists what a snapshot holds of a module."""
+    tests, state = guard["tests"], guard["state"]
 
     def callables_of(module):
         found = {}
@@ -206,6 +267,65 @@ def _install():
                 except Exception:  # a module whose attributes cannot be listed is not watched
                     state["snapshots"][name] = (module, {})
 
+    return take_snapshots, callables_of
+
+
+def _changes(guard, absolute, callables_of):
+    """`check_snapshots`: what changed since its snapshot, but for an installed plugin's patch."""
+    root, submission, state, site_dirs = (
+        guard["root"],
+        guard["submission"],
+        guard["state"],
+        guard["site_dirs"],
+    )
+
+    def check_snapshots():
+        changed = []
+        for name, (module, before) in sorted(state["snapshots"].items()):
+            if sys.modules.get(name) is not module and name in sys.modules:
+                changed.append(f"{name} (the module was replaced in sys.modules)")
+                continue
+            try:
+                after = callables_of(module)
+            except Exception:
+                continue
+            for attr, value in before.items():
+                if after.get(attr, value) is not value and not plugin_patch(module, attr):
+                    changed.append(f"{name}.{attr}")
+        return changed
+
+    def code_of(value):
+        for attr in ("__func__", "fget", "func"):
+            value = getattr(value, attr, value)
+        return getattr(value, "__code__", None)
+
+    def plugin_patch(module, attr):
+        """A runner entry point replaced by an installed plugin (hypothesis bans `@given` fixtures this
+        way): allowed when the new code lives in an installed package that is not the runner itself."""
+        value = module
+        for part in attr.split("."):
+            value = vars(value).get(part) if hasattr(value, "__dict__") else None
+        code = code_of(value)
+        if code is None:
+            return False
+        name = absolute(code.co_filename)
+        if name in submission or name.startswith(root + os.sep) or not name.startswith(site_dirs):
+            return False
+        runners = tuple(
+            os.path.dirname(sys.modules[n].__file__) + os.sep
+            for n in ("_pytest", "pluggy", "unittest", "django", "sympy")
+            if isinstance(getattr(sys.modules.get(n), "__file__", None), str)
+        )
+        return not name.startswith(runners)
+
+    return check_snapshots
+
+
+def _import_hooks(guard, absolute, is_runner, record):
+    """`import_hooks` records each import hook the submission installed (or builtins.__import__ it
+    replaced), once."""
+    submission, runner_in_repo, state = guard["submission"], guard["runner_in_repo"], guard["state"]
+
     def import_hooks(caller):
         for hook in list(sys.meta_path) + list(sys.path_hooks):
             if id(hook) in state["seen"]:
@@ -226,6 +346,16 @@ def _install():
             if code is not None and absolute(code.co_filename) in submission:
                 record("import-hook", "builtins.__import__ replaced by the submission", caller)
 
+    return import_hooks
+
+
+def _event_judge(guard, judge, record):
+    """`judge_event`: what an event the guard watches means, and whom it is recorded against."""
+    tests, state = guard["tests"], guard["state"]
+    absolute, owner, submitted = judge["absolute"], judge["owner"], judge["submitted"]
+    any_submitted, adopt, disguised = judge["any_submitted"], judge["adopt"], judge["disguised"]
+    metadata_only = judge["metadata_only"]
+
     introspection = {
         "sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "gc.get_referrers",
         "gc.get_referents", "gc.get_objects", "sys.addaudithook", "code.__new__", "function.__new__",
@@ -237,32 +367,7 @@ def _install():
         "pty.spawn", "_posixsubprocess.fork_exec",
     }  # fmt: skip
 
-    def hook(event, args):
-        me = threading.get_ident()
-        if me in state["busy"]:
-            return
-        state["busy"].add(me)
-        try:
-            audit(event, args)
-        except Exception:
-            pass
-        finally:
-            state["busy"].discard(me)
-
-    def audit(event, args):
-        if event == "import":
-            caller = sys._getframe(2)
-            take_snapshots()
-            import_hooks(caller)
-            return
-        if event == "os.truncate" and args and (args[0] == fd or args[0] == config["report"]):
-            record(event, "of the guard's report", owner(sys._getframe(2)))
-            raise PermissionError("envhub: the guard's report cannot be truncated")
-        if event == "open" and not state["armed"] and args and isinstance(args[0], str):
-            state["armed"] = os.path.abspath(absolute(args[0])) in submission  # its first import
-        if runner_in_repo and event not in ("ctypes.dlopen", "gc.get_referrers", "gc.get_objects"):
-            return  # the repository is the runner: its own code does all of the below legitimately
-        caller = sys._getframe(2)  # the frame that raised the event
+    def judge_event(event, args, caller):
         if event in introspection:
             if event == "sys._getframe" and metadata_only(caller):
                 return
@@ -313,44 +418,57 @@ def _install():
             if responsible is not None:
                 record(event, "code compiled under the name of " + args[1], responsible)
 
-    def check_snapshots():
-        changed = []
-        for name, (module, before) in sorted(state["snapshots"].items()):
-            if sys.modules.get(name) is not module and name in sys.modules:
-                changed.append(f"{name} (the module was replaced in sys.modules)")
-                continue
-            try:
-                after = callables_of(module)
-            except Exception:
-                continue
-            for attr, value in before.items():
-                if after.get(attr, value) is not value and not plugin_patch(module, attr):
-                    changed.append(f"{name}.{attr}")
-        return changed
+    return judge_event
 
-    def code_of(value):
-        for attr in ("__func__", "fget", "func"):
-            value = getattr(value, attr, value)
-        return getattr(value, "__code__", None)
 
-    def plugin_patch(module, attr):
-        """A runner entry point replaced by an installed plugin (hypothesis bans `@given` fixtures this
-        way): allowed when the new code lives in an installed package that is not the runner itself."""
-        value = module
-        for part in attr.split("."):
-            value = vars(value).get(part) if hasattr(value, "__dict__") else None
-        code = code_of(value)
-        if code is None:
-            return False
-        name = absolute(code.co_filename)
-        if name in submission or name.startswith(root + os.sep) or not name.startswith(site_dirs):
-            return False
-        runners = tuple(
-            os.path.dirname(sys.modules[n].__file__) + os.sep
-            for n in ("_pytest", "pluggy", "unittest", "django", "sympy")
-            if isinstance(getattr(sys.modules.get(n), "__file__", None), str)
-        )
-        return not name.startswith(runners)
+def _auditor(guard, judge, record, take_snapshots, import_hooks, judge_event):
+    """The audit hook: snapshots and import hooks at each import, the report kept whole, the first
+    import of a submitted file noted; the rest of the events go to `judge_event`."""
+    import threading
+
+    config, fd = guard["config"], guard["fd"]
+    runner_in_repo, state, submission = guard["runner_in_repo"], guard["state"], guard["submission"]
+    absolute, owner = judge["absolute"], judge["owner"]
+
+    def hook(event, args):
+        me = threading.get_ident()
+        if me in state["busy"]:
+            return
+        state["busy"].add(me)
+        try:
+            audit(event, args)
+        except Exception:
+            pass
+        finally:
+            state["busy"].discard(me)
+
+    def audit(event, args):
+        if event == "import":
+            caller = sys._getframe(2)
+            take_snapshots()
+            import_hooks(caller)
+            return
+        if event == "os.truncate" and args and (args[0] == fd or args[0] == config["report"]):
+            record(event, "of the guard's report", owner(sys._getframe(2)))
+            raise PermissionError("envhub: the guard's report cannot be truncated")
+        if event == "open" and not state["armed"] and args and isinstance(args[0], str):
+            state["armed"] = os.path.abspath(absolute(args[0])) in submission  # its first import
+        if runner_in_repo and event not in ("ctypes.dlopen", "gc.get_referrers", "gc.get_objects"):
+            return  # the repository is the runner: its own code does all of the below legitimately
+        caller = sys._getframe(2)  # the frame that raised the event
+        judge_event(event, args, caller)
+
+    return hook
+
+
+def _ender(guard, write, take_snapshots, check_snapshots):
+    """The exit handler: anything changed since its snapshot is an event, then the signed end line with
+    the count of events (run early, or from another thread, it is itself an event and waits)."""
+    import atexit
+    import json
+    import threading
+
+    pid, state = guard["pid"], guard["state"]
 
     def check_hooks():
         found = []
@@ -388,6 +506,44 @@ def _install():
             write("event", "changed at exit: " + problem)
         write("end", json.dumps({"events": state["events"]}))
 
+    return end
+
+
+def _install(
+    settings,
+    reporter,
+    judge_of,
+    metadata,
+    runner,
+    snapshots_of,
+    changes,
+    import_hooks_of,
+    event_judge,
+    auditor,
+    ender,
+):
+    """Wire the factories' closures into the guard and start it (the factories are passed in, as they
+    are deleted from the module right after)."""
+    import atexit
+    import hashlib  # noqa: F401  (imported up front, guard or not, as before the factories)
+    import hmac  # noqa: F401
+    import json
+    import threading  # noqa: F401
+
+    guard = settings()
+    if guard is None:
+        return
+    write, record = reporter(guard)
+    judge = judge_of(guard)
+    judge["metadata_only"] = metadata(judge["frames"], judge["is_stdlib"])
+    is_runner = runner()
+    take_snapshots, callables_of = snapshots_of(guard, judge["absolute"], is_runner)
+    check_snapshots = changes(guard, judge["absolute"], callables_of)
+    import_hooks = import_hooks_of(guard, judge["absolute"], is_runner, record)
+    judge_event = event_judge(guard, judge, record)
+    hook = auditor(guard, judge, record, take_snapshots, import_hooks, judge_event)
+    end = ender(guard, write, take_snapshots, check_snapshots)
+
     class Snapshots:
         """Before Python 3.8 there is no audit hook: a finder that answers nothing, first on the
         meta path, takes the snapshots as modules are imported (removable, unlike a hook)."""
@@ -406,8 +562,32 @@ def _install():
         sys.meta_path.insert(0, Snapshots())
 
 
-_install()
-del _install
+_install(
+    _settings,
+    _reporter,
+    _judge,
+    _metadata,
+    _runner,
+    _snapshots,
+    _changes,
+    _import_hooks,
+    _event_judge,
+    _auditor,
+    _ender,
+)
+del (
+    _install,
+    _settings,
+    _reporter,
+    _judge,
+    _metadata,
+    _runner,
+    _snapshots,
+    _changes,
+    _import_hooks,
+    _event_judge,
+)
+del _auditor, _ender
 
 
 def _chain():
