@@ -338,20 +338,20 @@ async def _reset(request: Request, env_id: str) -> JSONResponse:
         body = wire.ResetRequest.model_validate(await _body(request, {}))
     except (ValidationError, ValueError) as exc:
         return _unprocessable(exc)
-    state.active += 1
-    env: Env | None = None
+    state.active += 1  # a stateless reset is a session too, for its one request
+    session = Session(state, state.env_ids[env_id], request.client)
     try:
-        env = await asyncio.to_thread(registry.make, state.env_ids[env_id])
-        observation, info = await env.reset(seed=body.seed, options=body.model_extra or None)
+        env = await session.make()
+        observation, info = await session.reset(seed=body.seed, options=body.model_extra or None)
         data = wire.StepData(observation=_dump(EnvhubObservation.of(observation, info, env=env)))
     except Exception as exc:  # the env's machinery: a server error, as openenv-core's 500
-        state.counts["env_errors"] += 1
+        session.env_failed()
         return JSONResponse({"detail": f"{type(exc).__name__}: {exc}"}, status_code=500)
     finally:
-        state.active -= 1
-        if env is not None:
-            with contextlib.suppress(Exception):
-                await env.close()
+        try:
+            await session.close()
+        finally:
+            state.active -= 1
     return JSONResponse(data.model_dump(mode="json"))
 
 
