@@ -2,7 +2,9 @@
 
 Plugins declare environments in the entry-point group `envhub.envs` (`"name-vN" = "module:Class"`).
 They are discovered on first use but imported only when one of their ids is made, so one broken plugin
-cannot stop the others from working, and `envhub list` stays fast.
+cannot stop the others from working, and `envhub list` stays fast. A package says what its ids are, and
+which sandbox each runs its code in, in its catalog (the group `envhub.catalog`, `envhub.index.Catalog`),
+read when one of its ids is resolved; registry.yaml is written from the same catalogs.
 
 A plugin that wraps an open-ended catalogue (every gymnasium env a user has installed) claims a whole
 namespace instead, in the group `envhub.namespaces` (`"gym" = "module:factory_for"`): an id of that
