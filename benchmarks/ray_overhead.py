@@ -40,9 +40,9 @@ ORACLE = functools.partial(load_policy, "oracle")
 async def timed(env_id: str, episodes: int, concurrency: int, backend: str | RayEpisodePool) -> float:
     """Episodes per second of one batch after a warm-up batch on the same backend."""
     limits = RolloutLimits(concurrency=concurrency)
-    await rollout(env_id, ORACLE, episodes=plan(concurrency, seed=10_000), limits=limits, backend=backend)
+    await rollout(env_id, ORACLE, episodes=plan(concurrency, seed=10_000), limits=limits, runs_on=backend)
     started = time.perf_counter()
-    result = await rollout(env_id, ORACLE, episodes=plan(episodes, seed=0), limits=limits, backend=backend)
+    result = await rollout(env_id, ORACLE, episodes=plan(episodes, seed=0), limits=limits, runs_on=backend)
     elapsed = time.perf_counter() - started
     failed = sum(e.error is not None for e in result.episodes)
     if failed or len(result.episodes) != episodes:

@@ -78,7 +78,7 @@ async def test_fork_groups_on_ray_equal_the_local_fork_batch(local_ray: None) ->
     refs = plan(4, rollouts=3)  # 4 tasks, each a prefix and 2 children
     oracle = functools.partial(load_policy, "oracle")
     remote = await rollout(
-        "guess-number", oracle, episodes=refs, fork_at=1, backend="ray", limits=RolloutLimits(concurrency=2)
+        "guess-number", oracle, episodes=refs, fork_at=1, runs_on="ray", limits=RolloutLimits(concurrency=2)
     )
     local = await rollout("guess-number", oracle, episodes=refs, fork_at=1)
     assert [content(e) for e in remote.episodes] == [content(e) for e in local.episodes]

@@ -95,7 +95,7 @@ def test_cli_rollout_spreads_sandboxed_episodes_over_the_sandbox_nodes(
 async def test_browser_episodes_run_only_on_the_browser_node(cluster: RayCluster) -> None:
     with RayEpisodePool() as pool:
         result = await rollout(
-            "web-tasks", ORACLE, episodes=plan(2, seed=3), limits=RolloutLimits(concurrency=2), backend=pool
+            "web-tasks", ORACLE, episodes=plan(2, seed=3), limits=RolloutLimits(concurrency=2), runs_on=pool
         )
         [actor] = pool.stats()  # one unit of `browser` in the cluster: one actor
     assert [e.reward for e in result.episodes] == [1.0, 1.0]
@@ -110,7 +110,7 @@ async def test_env_actors_are_reused_across_episodes_and_return_them_several_per
     with RayEpisodePool() as pool:
         for seed in (0, 100):
             result = await rollout(
-                SANDBOXED, ORACLE, episodes=plan(16, seed=seed), limits=limits, backend=pool, ray_workers=4
+                SANDBOXED, ORACLE, episodes=plan(16, seed=seed), limits=limits, runs_on=pool, ray_workers=4
             )
             assert len(result.episodes) == 16 and all(e.reward == 1.0 for e in result.episodes)
         actors = pool.stats()
@@ -190,7 +190,7 @@ async def test_a_node_killed_mid_batch_loses_no_episode_and_runs_none_twice(clus
                 ORACLE,
                 episodes=episodes,
                 limits=limits,
-                backend=pool,
+                runs_on=pool,
                 ray_workers=4,
                 on_episode=record,
             )

@@ -155,7 +155,7 @@ async def test_a_pool_keeps_its_actors_envs_and_policies_across_batches(
                 episodes=plan(6, seed=seed),
                 limits=limits,
                 env_kwargs={"log": log},
-                backend=pool,
+                runs_on=pool,
                 ray_workers=2,
             )
             for seed in (0, 100)  # a new but equal factory each call, as the trainer's engine hands out
@@ -163,7 +163,7 @@ async def test_a_pool_keeps_its_actors_envs_and_policies_across_batches(
         actors = ray_actor_pids("EpisodeWorker") - stale
         wrong = await rollout(
             ENV, BuildRepeater(log, offset=1), episodes=plan(4, seed=0), limits=limits,
-            env_kwargs={"log": log}, backend=pool, ray_workers=2,
+            env_kwargs={"log": log}, runs_on=pool, ray_workers=2,
         )  # fmt: skip
         made_before_close = len(events(Path(log), "made"))
     locally = [
@@ -198,7 +198,7 @@ async def test_an_actor_keeps_its_latest_policies_and_closes_older_idle_ones(
                 episodes=2,
                 limits=RolloutLimits(concurrency=1),
                 env_kwargs={"log": log},
-                backend=pool,
+                runs_on=pool,
                 ray_workers=1,
             )
         closed_before_close = closed_policies(Path(log))
@@ -234,7 +234,7 @@ async def test_an_actor_ray_restarted_is_replaced_before_the_next_batch(
                 episodes=plan(12, seed=seed),
                 limits=RolloutLimits(concurrency=4),
                 env_kwargs=kwargs,
-                backend=pool,
+                runs_on=pool,
                 ray_workers=2,
                 on_episode=on_episode,
             )
@@ -271,10 +271,10 @@ async def test_a_remote_id_plays_on_the_ray_backend_as_it_does_locally(
         "limits": RolloutLimits(concurrency=3),
     }
     try:
-        local = await rollout(url, oracle, out=tmp_path / "local", backend="local", **options)
-        remote = await rollout(url, oracle, out=tmp_path / "ray", backend="ray", **options)
+        local = await rollout(url, oracle, out=tmp_path / "local", runs_on="local", **options)
+        remote = await rollout(url, oracle, out=tmp_path / "ray", runs_on="ray", **options)
         with RayEpisodePool() as pool:
-            pooled = [await rollout(url, oracle, backend=pool, **options) for _ in range(2)]
+            pooled = [await rollout(url, oracle, runs_on=pool, **options) for _ in range(2)]
         served = metrics(server)
     finally:
         server.stop()

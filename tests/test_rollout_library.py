@@ -80,7 +80,7 @@ async def test_a_factory_is_built_and_closed_here_and_ray_takes_only_factories(t
     result = await rollout("countdown", factory, episodes=3, out=tmp_path / "b", policy_label="oracle")
     assert [e.reward for e in result.episodes] == [1.0, 1.0, 1.0]
     with pytest.raises(TypeError, match="pass a picklable factory"):
-        await rollout("countdown", OraclePolicy(), episodes=1, backend="ray")
+        await rollout("countdown", OraclePolicy(), episodes=1, runs_on="ray")
 
 
 async def test_a_stored_batch_needs_references_in_order(tmp_path: Path) -> None:

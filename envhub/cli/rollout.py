@@ -6,8 +6,9 @@ import asyncio
 import enum
 import functools
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -18,11 +19,12 @@ from rich.text import Text
 from envhub.cli.app import USER_ERRORS, app, console, errors, fail, parse_kwargs
 from envhub.display import lock_summary, print_episode
 from envhub.lock.lockfile import check as check_lock
-from envhub.policies import SPECS, Sampling, load_policy
+from envhub.policies import SPECS, Policy, Sampling, load_policy
 from envhub.records import Episode
 from envhub.registration import registry
 from envhub.report import write_html_report
 from envhub.rollout import (
+    EpisodeRef,
     RolloutLimits,
     RolloutResult,
     error_rate_problem,
@@ -32,7 +34,7 @@ from envhub.rollout import (
     summary_table,
 )
 from envhub.rollout import rollout as batch_rollout
-from envhub.rollout.ray_backend import RayWorkerLost
+from envhub.rollout.ray_backend import PolicyFactory, RayWorkerLost
 from envhub.store import Manifest, load_manifest, read_episodes
 
 DEFAULT_POLICY = "oracle"
@@ -74,110 +76,154 @@ class _Tally:
         )
 
 
+PolicyOption = Annotated[
+    str | None,
+    typer.Option(
+        help=f"Who plays: {SPECS}. Without it the oracle plays (the env's reference solution: "
+        "its rewards are the env's ceiling, not a model's score), and the command says so.",
+        show_default=False,
+    ),
+]
+TasksOption = Annotated[
+    int,
+    typer.Option(
+        "--tasks", "-n", "--episodes", min=1, help="Tasks: seeds SEED, SEED+1, ... (--episodes is the same)."
+    ),
+]
+RolloutsOption = Annotated[
+    int, typer.Option("--rollouts", "-r", min=1, help="Rollouts per task; the summary shows pass@k.")
+]
+ConcurrencyOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1, help="Episodes in flight at once (default 8; openenv:URL: at most the server's sessions)."
+    ),
+]
+SeedOption = Annotated[int, typer.Option(help="Task i uses seed SEED + i.")]
+KwargOption = Annotated[list[str] | None, typer.Option(help="Env option KEY=VALUE (repeatable).")]
+ModelOption = Annotated[
+    str | None, typer.Option(help="The model an openai server serves (instead of openai:URL#MODEL).")
+]
+TemperatureOption = Annotated[float | None, typer.Option(min=0, help="Sampling temperature.")]
+TopPOption = Annotated[float | None, typer.Option(min=0, max=1, help="Nucleus sampling (openai).")]
+MaxTokensOption = Annotated[int | None, typer.Option(min=1, help="Most tokens per model turn.")]
+LogprobsOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--logprobs/--no-logprobs",
+        help="Ask the server for token ids and logprobs (default: ask, store text only if refused).",
+    ),
+]
+ToolFormatOption = Annotated[
+    ToolFormat | None,
+    typer.Option(
+        help="native: tools in the request (needs the server's tool parser); text: tools in the "
+        "prompt, <tool_call> blocks parsed from the reply (any server)."
+    ),
+]
+OutOption = Annotated[
+    Path | None,
+    typer.Option(help="Batch directory (default: a new folder under runs/); resumable with --resume."),
+]
+ResumeOption = Annotated[bool, typer.Option(help="Complete the batch already in --out.")]
+RetryErrorsOption = Annotated[
+    bool, typer.Option(help="With --resume: play the episodes that ended in error in --out again.")
+]
+MaxErrorRateOption = Annotated[
+    float, typer.Option(min=0, max=1, help="Exit with status 1 when more of the batch's episodes failed.")
+]
+StepTimeoutOption = Annotated[
+    float | None, typer.Option(min=0.001, help="Seconds per policy call or env step.")
+]
+EpisodeTimeoutOption = Annotated[
+    float | None, typer.Option(min=0.001, help="Seconds per episode, then truncated.")
+]
+TimeBudgetOption = Annotated[
+    float | None, typer.Option(min=0.001, help="Seconds for the batch; stragglers are truncated.")
+]
+RetriesOption = Annotated[int, typer.Option(min=0, help="Retries of infrastructure failures.")]
+ShardSizeOption = Annotated[int, typer.Option(min=1, help="Episodes per Parquet shard.")]
+BackendOption = Annotated[
+    str,
+    typer.Option(
+        help="Where episodes run (`runs_on` in Python): local (asyncio, this process), ray (a local Ray "
+        "instance), or the address of a Ray cluster: auto, ray://HOST:PORT."
+    ),
+]
+LockedOption = Annotated[
+    Path | None,
+    typer.Option(help="A lockfile from `envhub lock`: refuse to run if anything it pins has changed."),
+]
+RecordOption = Annotated[
+    bool,
+    typer.Option(
+        "--record",
+        help="Keep each episode's sandbox, REPL and tool calls, for `envhub replay` and `rescore`.",
+    ),
+]
+ForkAtOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="Per task, play one prefix of this many turns, fork the env --group times there and "
+        "finish each child on its own (stored with parent and fork_turn).",
+    ),
+]
+GroupOption = Annotated[
+    int, typer.Option(min=1, help="With --fork-at: children forked from each task's prefix.")
+]
+
+
+@dataclass(frozen=True)
+class _Job:
+    """A batch the options asked for, checked: what `_run` plays, and what it says when interrupted."""
+
+    env_id: str
+    resolved: str
+    factory: PolicyFactory
+    player: Policy
+    refs: list[EpisodeRef]
+    limits: RolloutLimits
+    env_kwargs: dict[str, Any]
+    seed: int
+    out: Path
+    resume: bool
+    retry_errors: bool
+    shard_size: int
+    runs_on: str
+    label: str
+    fork_at: int | None
+
+
 @app.command()
 def rollout(
     env_id: str,
-    policy: Annotated[
-        str | None,
-        typer.Option(
-            help=f"Who plays: {SPECS}. Without it the oracle plays (the env's reference solution: "
-            "its rewards are the env's ceiling, not a model's score), and the command says so.",
-            show_default=False,
-        ),
-    ] = None,
-    tasks: Annotated[
-        int,
-        typer.Option(
-            "--tasks",
-            "-n",
-            "--episodes",
-            min=1,
-            help="Tasks: seeds SEED, SEED+1, ... (--episodes is the same).",
-        ),
-    ] = 32,
-    rollouts: Annotated[
-        int, typer.Option("--rollouts", "-r", min=1, help="Rollouts per task; the summary shows pass@k.")
-    ] = 1,
-    concurrency: Annotated[
-        int | None,
-        typer.Option(
-            min=1, help="Episodes in flight at once (default 8; openenv:URL: at most the server's sessions)."
-        ),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Task i uses seed SEED + i.")] = 0,
-    kwarg: Annotated[list[str] | None, typer.Option(help="Env option KEY=VALUE (repeatable).")] = None,
-    model: Annotated[
-        str | None, typer.Option(help="The model an openai server serves (instead of openai:URL#MODEL).")
-    ] = None,
-    temperature: Annotated[float | None, typer.Option(min=0, help="Sampling temperature.")] = None,
-    top_p: Annotated[float | None, typer.Option(min=0, max=1, help="Nucleus sampling (openai).")] = None,
-    max_tokens: Annotated[int | None, typer.Option(min=1, help="Most tokens per model turn.")] = None,
-    logprobs: Annotated[
-        bool | None,
-        typer.Option(
-            "--logprobs/--no-logprobs",
-            help="Ask the server for token ids and logprobs (default: ask, store text only if refused).",
-        ),
-    ] = None,
-    tool_format: Annotated[
-        ToolFormat | None,
-        typer.Option(
-            help="native: tools in the request (needs the server's tool parser); text: tools in the "
-            "prompt, <tool_call> blocks parsed from the reply (any server)."
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(help="Batch directory (default: a new folder under runs/); resumable with --resume."),
-    ] = None,
-    resume: Annotated[bool, typer.Option(help="Complete the batch already in --out.")] = False,
-    retry_errors: Annotated[
-        bool, typer.Option(help="With --resume: play the episodes that ended in error in --out again.")
-    ] = False,
-    max_error_rate: Annotated[
-        float,
-        typer.Option(min=0, max=1, help="Exit with status 1 when more of the batch's episodes failed."),
-    ] = 0.1,
-    step_timeout: Annotated[
-        float | None, typer.Option(min=0.001, help="Seconds per policy call or env step.")
-    ] = None,
-    episode_timeout: Annotated[
-        float | None, typer.Option(min=0.001, help="Seconds per episode, then truncated.")
-    ] = None,
-    time_budget: Annotated[
-        float | None, typer.Option(min=0.001, help="Seconds for the batch; stragglers are truncated.")
-    ] = None,
-    retries: Annotated[int, typer.Option(min=0, help="Retries of infrastructure failures.")] = 1,
-    shard_size: Annotated[int, typer.Option(min=1, help="Episodes per Parquet shard.")] = 256,
-    backend: Annotated[
-        str,
-        typer.Option(
-            help="Where episodes run: local (asyncio, this process), ray (a local Ray instance), "
-            "or the address of a Ray cluster: auto, ray://HOST:PORT."
-        ),
-    ] = "local",
-    locked: Annotated[
-        Path | None,
-        typer.Option(help="A lockfile from `envhub lock`: refuse to run if anything it pins has changed."),
-    ] = None,
-    record_calls: Annotated[
-        bool,
-        typer.Option(
-            "--record",
-            help="Keep each episode's sandbox, REPL and tool calls, for `envhub replay` and `rescore`.",
-        ),
-    ] = False,
-    fork_at: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="Per task, play one prefix of this many turns, fork the env --group times there and "
-            "finish each child on its own (stored with parent and fork_turn).",
-        ),
-    ] = None,
-    group: Annotated[
-        int, typer.Option(min=1, help="With --fork-at: children forked from each task's prefix.")
-    ] = 4,
+    policy: PolicyOption = None,
+    tasks: TasksOption = 32,
+    rollouts: RolloutsOption = 1,
+    concurrency: ConcurrencyOption = None,
+    seed: SeedOption = 0,
+    kwarg: KwargOption = None,
+    model: ModelOption = None,
+    temperature: TemperatureOption = None,
+    top_p: TopPOption = None,
+    max_tokens: MaxTokensOption = None,
+    logprobs: LogprobsOption = None,
+    tool_format: ToolFormatOption = None,
+    out: OutOption = None,
+    resume: ResumeOption = False,
+    retry_errors: RetryErrorsOption = False,
+    max_error_rate: MaxErrorRateOption = 0.1,
+    step_timeout: StepTimeoutOption = None,
+    episode_timeout: EpisodeTimeoutOption = None,
+    time_budget: TimeBudgetOption = None,
+    retries: RetriesOption = 1,
+    shard_size: ShardSizeOption = 256,
+    backend: BackendOption = "local",
+    locked: LockedOption = None,
+    record_calls: RecordOption = False,
+    fork_at: ForkAtOption = None,
+    group: GroupOption = 4,
 ) -> None:
     """Generate a batch of episodes, with a progress bar and a summary table; resumable with --resume.
 
@@ -202,14 +248,8 @@ def rollout(
         factory = functools.partial(load_policy, policy, model=model, sampling=sampling)
         player = factory()  # a bad spec or setting fails here, before anything runs
         label = _label(policy, model, sampling, rollouts, fork_at, group)
-        if concurrency is None and env_id.startswith("openenv:"):
-            from envhub.integrations.openenv.env import rollout_concurrency  # only for openenv: ids
-
-            concurrency, note = rollout_concurrency(env_id, 8)
-            if note:
-                console.print(note, highlight=False, soft_wrap=True)
         limits = RolloutLimits(
-            concurrency=concurrency or 8,
+            concurrency=_concurrency(env_id, concurrency),
             step_timeout=step_timeout,
             episode_timeout=episode_timeout,
             time_budget=time_budget,
@@ -222,16 +262,36 @@ def rollout(
         resolved = registry.spec(env_id).id
         if locked is not None:
             check_lock(locked, resolved, env_kwargs)  # before anything runs or is stored
-        out = out or fresh_run_dir(resolved)
+        job = _Job(
+            env_id, resolved, factory, player, plan(tasks, rollouts=per_task, seed=seed), limits, env_kwargs,
+            seed, out or fresh_run_dir(resolved), resume, retry_errors, shard_size, backend, label, fork_at,
+        )  # fmt: skip
     except (*USER_ERRORS, ModuleNotFoundError, ValidationError) as exc:
         raise fail(exc) from exc
+    _report(_run(job), max_error_rate, default_policy=not policy_given)
+
+
+def _concurrency(env_id: str, given: int | None) -> int:
+    """--concurrency, else 8; an openenv: id plays at most its server's sessions by default."""
+    if given is not None or not env_id.startswith("openenv:"):
+        return given or 8
+    from envhub.integrations.openenv.env import rollout_concurrency  # only for openenv: ids
+
+    concurrency, note = rollout_concurrency(env_id, 8)
+    if note:
+        console.print(note, highlight=False, soft_wrap=True)
+    return concurrency
+
+
+def _run(job: _Job) -> RolloutResult:
+    """Play the batch under a progress bar; interrupted, say what is stored and how to finish."""
     progress = _progress_bar()
     tally = _Tally()
-    task = progress.add_task(resolved, total=None, reward=0.0, failures=0, rate=0.0)
+    task = progress.add_task(job.resolved, total=None, reward=0.0, failures=0, rate=0.0)
 
     def started(total: int, stored: int) -> None:
         """The options passed their checks and the store is open: say where, and show the bar."""
-        console.print(f"{'resuming' if resume else 'storing'} the batch in {out}")
+        console.print(f"{'resuming' if job.resume else 'storing'} the batch in {job.out}")
         progress.update(task, total=total, completed=stored)
         tally.show(progress, task)
         progress.start()
@@ -243,42 +303,41 @@ def rollout(
     async def run() -> RolloutResult:
         try:
             return await batch_rollout(
-                env_id,
-                player if backend == "local" else factory,
-                episodes=plan(tasks, rollouts=per_task, seed=seed),
-                limits=limits,
-                env_kwargs=env_kwargs,
-                seed=seed,
-                out=out,
-                resume=resume,
-                retry_errors=retry_errors,
-                shard_size=shard_size,
-                backend=backend,
-                policy_label=label,
+                job.env_id,
+                job.player if job.runs_on == "local" else job.factory,
+                episodes=job.refs,
+                limits=job.limits,
+                env_kwargs=job.env_kwargs,
+                seed=job.seed,
+                out=job.out,
+                resume=job.resume,
+                retry_errors=job.retry_errors,
+                shard_size=job.shard_size,
+                runs_on=job.runs_on,
+                policy_label=job.label,
                 on_start=started,
                 on_episode=record,
-                fork_at=fork_at,
+                fork_at=job.fork_at,
             )
         finally:
-            await player.close()  # the HTTP connection pool or local model lives in this loop
+            await job.player.close()  # the HTTP connection pool or local model lives in this loop
 
     try:
-        result = asyncio.run(run())  # rollout() runs the batch under envhub's GC policy
+        return asyncio.run(run())  # rollout() runs the batch under envhub's GC policy
     except (*USER_ERRORS, ModuleNotFoundError, RayWorkerLost) as exc:
         _stop(progress)
         raise fail(exc) from exc
     except KeyboardInterrupt:
         _stop(progress)
-        manifest = load_manifest(out)
+        manifest = load_manifest(job.out)
         stored = manifest.episodes_done if manifest else 0
         errors.print(
-            f"interrupted: {stored} of {tasks * per_task} episodes are stored in {out}; "
+            f"interrupted: {stored} of {len(job.refs)} episodes are stored in {job.out}; "
             "run the same command with --resume to finish"
         )
         raise typer.Exit(code=130) from None
     finally:
         _stop(progress)
-    _report(result, max_error_rate, default_policy=not policy_given)
 
 
 def _stop(progress: Progress) -> None:

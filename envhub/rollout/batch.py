@@ -81,6 +81,13 @@ def fresh_run_dir(env_id: str, root: Path = RUNS) -> Path:
     return path
 
 
+RunsOn = str | RayEpisodePool
+"""Where a batch's episodes run: "local" (asyncio in this process), a Ray address (`ray`, `auto`,
+`ray://HOST:PORT`: actors for one call) or a `RayEpisodePool` whose actors outlive the call. The command
+line's `--backend` flag (kept for its users) takes the strings; in the Python API a `backend` is a
+sandbox's kind (the env option `backend=docker`, `RolloutLimits.backend_concurrency`)."""
+
+
 async def rollout(
     env_id: str,
     policy: Policy | PolicyFactory,
@@ -93,7 +100,7 @@ async def rollout(
     resume: bool = False,
     retry_errors: bool = False,
     shard_size: int = 256,
-    backend: str | RayEpisodePool = "local",
+    runs_on: RunsOn = "local",
     ray_workers: int | None = None,
     policy_label: str | None = None,
     on_start: Callable[[int, int], None] | None = None,
@@ -103,26 +110,67 @@ async def rollout(
     """Play a batch of `env_id` with `policy`; with `out`, store it there (journal, shards, manifest).
 
     `episodes` is a count (episode i plays seed `seed + i`) or references from `plan()`. `policy` is
-    a live policy (the caller closes it) or a factory (built and closed here; the only kind the Ray
-    backend takes, since it must pickle). `resume` completes the batch in `out`, and `retry_errors`
-    also plays again the episodes that ended in error there (cut-offs by a time limit included).
-    `policy_label` names the policy in the manifest (a resume must repeat it); `on_start(total,
-    stored)` is called once the options passed their checks and the store is open. `backend` is
-    "local", a Ray address (`ray`, `auto`, `ray://HOST:PORT`: actors for this call only) or a
-    `RayEpisodePool` whose actors, envs and policies outlive the call. `ray_workers` is the number of
-    Ray actors (default: one per CPU of the cluster, at most `limits.concurrency`).
+    a live policy (the caller closes it) or a factory (built and closed here; the only kind Ray takes,
+    since it must pickle). `limits` are the runner's (`RolloutLimits`). `resume` completes the batch in
+    `out`, and `retry_errors` also plays again the episodes that ended in error there (cut-offs by a
+    time limit included). `policy_label` names the policy in the manifest (a resume must repeat it);
+    `on_start(total, stored)` is called once the options passed their checks and the store is open.
+    `runs_on` says where the episodes run (`RunsOn`); `ray_workers` is the number of Ray actors
+    (default: one per CPU of the cluster, at most `limits.concurrency`).
     Interrupted (Ctrl-C, cancelled), it keeps every finished episode in `out` and re-raises.
-    `fork_at` plays each task's references as a fork group (`run_batch(fork_at=)`): the first is a prefix
-    of `fork_at` turns, the others children forked there (on Ray, one group per actor call). A resumed
-    fork batch skips the groups stored whole and plays the others again whole, dropping their stored
-    rows first.
+    `fork_at` plays each task's references as a fork group (`run_batch(fork_at=)`): the first is a
+    prefix of `fork_at` turns, the others children forked there (on Ray, one group per actor call). A
+    resumed fork batch skips the groups stored whole and plays the others again whole, dropping their
+    stored rows first.
     """
     limits = limits or RolloutLimits()
     env_kwargs = dict(env_kwargs or {})
     resolved = registry.spec(env_id).id  # every backend plays this version, whatever a worker resolves
     refs = plan(episodes, seed=seed) if isinstance(episodes, int) else list(episodes)
-    address = None if backend == "local" or isinstance(backend, RayEpisodePool) else ray_address(backend)
-    if backend != "local" and isinstance(policy, Policy):
+    address = _check_options(resolved, policy, limits, env_kwargs, runs_on, out, resume, retry_errors)
+    store = None
+    if out is not None:
+        _check_batch_refs(refs)
+        label = policy_label or (policy.name if isinstance(policy, Policy) else "policy")
+        spec = BatchSpec(env_id=resolved, env_kwargs=env_kwargs, policy=label, seed=seed)
+        store = BatchStore.open(out, spec, episodes=len(refs), resume=resume, shard_size=shard_size)
+    try:
+        retried, todo = _still_to_play(refs, store, retry_errors, fork_at)
+        if on_start is not None:
+            on_start(len(refs), len(refs) - len(todo))
+        with batch_gc():  # rare full collections while thousands of episodes are alive (gc_policy.py)
+            result = await _play(
+                resolved, policy, todo, limits, env_kwargs, _recorder(store, on_episode), runs_on, address,
+                ray_workers, fork_at,
+            )  # fmt: skip
+    finally:
+        if store is not None:
+            store.close()  # also when interrupted: what finished is compacted and the manifest says so
+    return RolloutResult(
+        env_id=resolved,
+        out=out,
+        episodes=read_episodes(out) if out is not None else result.episodes,
+        played=len(result.episodes),
+        retried=retried,
+        not_started=result.not_started,
+        wall_seconds=result.wall_seconds,
+    )
+
+
+def _check_options(
+    env_id: str,
+    policy: Policy | PolicyFactory,
+    limits: RolloutLimits,
+    env_kwargs: dict[str, Any],
+    runs_on: RunsOn,
+    out: Path | None,
+    resume: bool,
+    retry_errors: bool,
+) -> str | None:
+    """Refuse a batch that cannot run, before anything is stored; returns the Ray address `runs_on`
+    names (None: local, a pool, or a local Ray instance)."""
+    address = None if runs_on == "local" or isinstance(runs_on, RayEpisodePool) else ray_address(runs_on)
+    if runs_on != "local" and isinstance(policy, Policy):
         raise TypeError(
             "the Ray backend builds the policy on each worker: pass a picklable factory, "
             "e.g. functools.partial(envhub.policies.load_policy, 'oracle')"
@@ -131,48 +179,38 @@ async def rollout(
         raise ValueError(
             "--retry-errors plays failed episodes of a stored batch again: it needs --out and --resume"
         )
-    check_env_kwargs(resolved, env_kwargs)
+    check_env_kwargs(env_id, env_kwargs)
     if limits.record:
         seal.load_key()  # made, or its problem said, before any episode runs
         if out is not None:
             seal.check_apart(out)
-    store = None
-    if out is not None:
-        _check_batch_refs(refs)
-        label = policy_label or (policy.name if isinstance(policy, Policy) else "policy")
-        spec = BatchSpec(env_id=resolved, env_kwargs=env_kwargs, policy=label, seed=seed)
-        store = BatchStore.open(out, spec, episodes=len(refs), resume=resume, shard_size=shard_size)
-    try:
-        retried = store.forget_errors() if retry_errors and store is not None else []
-        if fork_at is not None and store is not None:
-            store.forget(partial_groups(refs, store.done))  # a group is stored whole or played again whole
-        todo = refs if store is None else [refs[i] for i in store.remaining()]
-        if on_start is not None:
-            on_start(len(refs), len(refs) - len(todo))
+    return address
 
-        def record(episode: Episode) -> None:
-            if store is not None:
-                store.add(episode)
-            if on_episode is not None:
-                on_episode(episode)
 
-        with batch_gc():  # rare full collections while thousands of episodes are alive (gc_policy.py)
-            result = await _play(
-                resolved, policy, todo, limits, env_kwargs, record, backend, address, ray_workers, fork_at
-            )
-    finally:
+def _still_to_play(
+    refs: list[EpisodeRef], store: BatchStore | None, retry_errors: bool, fork_at: int | None
+) -> tuple[list[int], list[EpisodeRef]]:
+    """The indices a retry forgot, and the references this call plays: those the store lacks."""
+    if store is None:
+        return [], refs
+    retried = store.forget_errors() if retry_errors else []
+    if fork_at is not None:
+        store.forget(partial_groups(refs, store.done))  # a group is stored whole or played again whole
+    return retried, [refs[i] for i in store.remaining()]
+
+
+def _recorder(
+    store: BatchStore | None, on_episode: Callable[[Episode], None] | None
+) -> Callable[[Episode], None]:
+    """What each finished episode goes to: the store, then the caller."""
+
+    def record(episode: Episode) -> None:
         if store is not None:
-            store.close()  # also when interrupted: what finished is compacted and the manifest says so
-    batch = read_episodes(out) if out is not None else result.episodes
-    return RolloutResult(
-        env_id=resolved,
-        out=out,
-        episodes=batch,
-        played=len(result.episodes),
-        retried=retried,
-        not_started=result.not_started,
-        wall_seconds=result.wall_seconds,
-    )
+            store.add(episode)
+        if on_episode is not None:
+            on_episode(episode)
+
+    return record
 
 
 def partial_groups(refs: Sequence[EpisodeRef], done: set[str]) -> list[str]:
@@ -203,14 +241,14 @@ async def _play(
     limits: RolloutLimits,
     env_kwargs: dict[str, Any],
     record: Callable[[Episode], None],
-    backend: str | RayEpisodePool,
+    runs_on: RunsOn,
     address: str | None,
     ray_workers: int | None = None,
     fork_at: int | None = None,
 ) -> BatchResult:
     if not refs:
         return BatchResult(episodes=[], wall_seconds=0.0)
-    if backend != "local":
+    if runs_on != "local":
         assert not isinstance(policy, Policy)  # rollout() refused that above
         return await run_batch_ray(
             env_id,
@@ -222,7 +260,7 @@ async def _play(
             on_episode=record,
             address=address,
             workers=ray_workers,
-            pool=backend if isinstance(backend, RayEpisodePool) else None,
+            pool=runs_on if isinstance(runs_on, RayEpisodePool) else None,
             fork_at=fork_at,
         )
     player = policy if isinstance(policy, Policy) else policy()

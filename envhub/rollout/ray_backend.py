@@ -8,7 +8,7 @@ at most `limits.concurrency` in flight, and calls `on_episode` as each episode c
 store, resume and the progress bar work unchanged.
 
 The pool outlives a batch: a caller that plays batch after batch (the trainer, once per step) makes
-one, passes it as `rollout(backend=pool)` and closes it at the end, so actors, envs and policies start
+one, passes it as `rollout(runs_on=pool)` and closes it at the end, so actors, envs and policies start
 once, not per batch. `run_batch_ray` without a pool makes one for its batch (the command line's run).
 
 An env registered with `envhub.register` in the driver only (a script's, a test's, a training run's)
@@ -94,13 +94,14 @@ class RayWorkerLost(RuntimeError):
     """An actor died more often than Ray may restart it, or could not start: retrying more is pointless."""
 
 
-def ray_address(backend: str) -> str | None:
-    """The Ray address a `--backend` value names (None: a local instance), once Ray is known installed."""
-    if backend not in ("ray", "auto") and not backend.startswith("ray://"):
-        raise ValueError(f"unknown backend {backend!r}; expected local, ray, auto or ray://HOST:PORT")
+def ray_address(runs_on: str) -> str | None:
+    """The Ray address a `runs_on` (`--backend`) value names (None: a local instance), once Ray is known
+    installed."""
+    if runs_on not in ("ray", "auto") and not runs_on.startswith("ray://"):
+        raise ValueError(f"unknown backend {runs_on!r}; expected local, ray, auto or ray://HOST:PORT")
     if importlib.util.find_spec("ray") is None:
-        raise ModuleNotFoundError(f"the {backend!r} backend needs Ray: pip install 'envhub-core[ray]'")
-    return None if backend == "ray" else backend
+        raise ModuleNotFoundError(f"the {runs_on!r} backend needs Ray: pip install 'envhub-core[ray]'")
+    return None if runs_on == "ray" else runs_on
 
 
 def init_ray(address: str | None) -> None:
@@ -318,7 +319,7 @@ class _PoolState:
 
 
 class RayEpisodePool:
-    """Episode actors kept across batches: pass it as `rollout(..., backend=pool)` call after call.
+    """Episode actors kept across batches: pass it as `rollout(..., runs_on=pool)` call after call.
 
     The actors keep their environments (reset between episodes, as the asyncio runner's are; one kind
     per env id and options) and the policies built from the factories they were given. A policy is
@@ -336,7 +337,7 @@ class RayEpisodePool:
 
         with RayEpisodePool() as pool:
             for step in range(steps):
-                await rollout(env_id, factory, episodes=refs, backend=pool)
+                await rollout(env_id, factory, episodes=refs, runs_on=pool)
     """
 
     def __init__(self, address: str | None = None, *, resources: dict[str, float] | None = None) -> None:

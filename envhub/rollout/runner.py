@@ -30,7 +30,6 @@ from envhub.record import seal
 from envhub.record import tape as tapes
 from envhub.records import RETRYABLE, Episode, EpisodeError, ErrorKind, Turn, episode_id
 from envhub.registration import make, sandbox_kind
-from envhub.wrappers import recorded
 
 T = TypeVar("T")
 
@@ -85,14 +84,17 @@ def as_refs(episodes: int | Iterable[int | EpisodeRef], seed: int | None) -> lis
 
 
 class RolloutLimits(BaseModel):
-    """How long and how wide a batch may run."""
+    """How long and how wide a batch may run: the one limits object of `rollout()`, `envhub rollout`'s
+    flags and the trainer's config (`TrainConfig.limits`). Unknown fields are an error, so a typo in a
+    config file never silently does nothing."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     concurrency: int = Field(8, ge=1)
     """Episodes in flight at once."""
     backend_concurrency: dict[str, int] = Field(default_factory=dict)
-    """Caps per sandbox backend (e.g. {"docker": 4}), on top of `concurrency`."""
+    """Caps per sandbox kind (e.g. {"docker": 4}; `registration.sandbox_kind`), on top of `concurrency`:
+    a unit of work (an episode, or a whole fork group) holds its kind's slot while it plays."""
     step_timeout: float | None = Field(None, gt=0)
     """Seconds one policy call or one env step may take before it counts as an infrastructure failure."""
     episode_timeout: float | None = Field(None, gt=0)
@@ -160,11 +162,6 @@ async def run_episode(
     (`envhub.record.seal`).
     """
     if record:
-        if not recorded(env):
-            raise ValueError(
-                f"{env!r} cannot be recorded: it was not made by envhub.make(), whose Recorder wrapper "
-                "keeps the tape's turns; make it by id, or wrap it in envhub.wrappers.Recorder(env)"
-            )
         key, salt = seal.load_key(), seal.new_salt()
         secrets = seal.Secrets(key, salt, episode_id)
         with tapes.using(tapes.Tape("record", secrets=secrets.derive)) as tape:
@@ -206,6 +203,7 @@ async def _reset(
     env: Env, limits: _Limits, base: dict[str, Any], seed: int | None
 ) -> tuple[list[Message], dict[str, Any]] | Episode:
     """Reset the env: the first observation and the record's fields it gives, or the failed episode."""
+    tapes.mark_turn(0)
     try:
         observation, info = await limits.run(env.reset(seed=seed), "env reset")
         reset_info = ResetInfo.read(info)  # an env that writes a key the runner reads wrongly says so here
@@ -348,6 +346,7 @@ async def _play_turns(
                 (output.message, output.tokens) if isinstance(output, Generation) else (output, None)
             )
             stage = "env"
+            tapes.mark_turn(len(play.turns) + 1)
             result = await limits.run(env.step(action), "env step")
             step_info = StepInfo.read(result.info)
         except _Stopped as stop:

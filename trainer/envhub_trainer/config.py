@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from envhub.rollout import RolloutLimits
 from envhub_trainer.loss import LossConfig
+
+TRAIN_RETRIES = 2
+"""Re-runs of a failed episode in training unless `limits.retries` says otherwise (a dropped group costs
+a step's worth of its tasks, so the trainer tries once more than `envhub rollout`)."""
+
+FLAT_LIMITS = {
+    "concurrency": "concurrency",
+    "backend_concurrency": "backend_concurrency",
+    "step_timeout": "step_timeout",
+    "episode_timeout": "episode_timeout",
+    "episode_retries": "retries",
+}
+"""Earlier configs' top-level keys, and the `limits` field each now is."""
 
 
 class TrainConfig(BaseModel):
@@ -40,7 +54,7 @@ class TrainConfig(BaseModel):
     temperature: float = Field(1.0, gt=0)
     chat_template: str | None = None
     generation_batch_size: int = Field(8, ge=1)
-    """Turns of concurrent episodes generated together in one call (at most `concurrency` can be)."""
+    """Turns of concurrent episodes generated together in one call (at most `limits.concurrency` can be)."""
     engine: Literal["hf", "vllm", "vllm-server"] = "hf"
     """The rollout engine: Hugging Face generate on a synced copy of the weights, vLLM in this process, or
     vLLM's OpenAI-compatible server over HTTP (both need vLLM; `verify_sync` then checks the engine's
@@ -77,26 +91,21 @@ class TrainConfig(BaseModel):
     eval_tasks: int = Field(16, ge=1)
     eval_seed_start: int = 1_000_000
     checkpoint_every: int = Field(10, ge=0)
-    concurrency: int = Field(8, ge=1)
-    """Episodes in flight at once: envhub's runner keeps this many env workers, each resetting its env
-    between episodes."""
-    backend_concurrency: dict[str, int] = Field(default_factory=dict)
-    """Caps per sandbox backend (e.g. {"docker": 4}) on top of `concurrency`, as `envhub rollout` has."""
-    step_timeout: float | None = Field(None, gt=0)
-    """Seconds one policy call or env step may take; past it the episode ends as a `timeout`, an
-    infrastructure failure: re-run, and its group dropped if it still fails. Unset: no limit."""
-    episode_timeout: float | None = Field(None, gt=0)
-    """Seconds one episode may take; past it the episode is cut off and trained as truncated."""
-    episode_retries: int = Field(2, ge=0)
-    """Re-runs, each with a fresh env, of an episode whose env or policy raised or timed out (an
-    infrastructure failure). A group that still holds a failed episode is dropped whole, never trained
-    short."""
+    limits: RolloutLimits = Field(default_factory=lambda: RolloutLimits(retries=TRAIN_RETRIES))
+    """The runner's limits for training and evaluation episodes, the object `envhub rollout` uses
+    (`envhub.rollout.RolloutLimits`): `concurrency` env workers, each resetting its env between episodes;
+    `backend_concurrency` caps per sandbox kind; `step_timeout` (past it the episode ends as a `timeout`,
+    an infrastructure failure: re-run, and its group dropped if it still fails); `episode_timeout` (past
+    it the episode is cut off and trained as truncated); `retries` (re-runs, each with a fresh env, of an
+    episode the machinery failed: a group that still holds a failed one is dropped whole, never trained
+    short; 2 unless given). The flat keys of earlier configs (`concurrency`, `backend_concurrency`,
+    `step_timeout`, `episode_timeout`, `episode_retries`) are read into it (`_flat_limits`)."""
     ray: bool = False
     """Play episodes on Ray actors (env workers against engine actors); the trainer stays the driver."""
     ray_address: str | None = None
     """The Ray cluster to join (`auto`, `ray://host:port`); unset starts a local Ray on this machine."""
     env_workers: int = Field(2, ge=1)
-    """With `ray`: envhub's episode actors (at most `concurrency`); the episodes in flight are spread
+    """With `ray`: envhub's episode actors (at most `limits.concurrency`); the episodes in flight are spread
     over them."""
     rollout_workers: int = Field(1, ge=1)
     """With `ray`: engine actors, each holding a copy of the weights (every sync reaches all of them)."""
@@ -114,6 +123,37 @@ class TrainConfig(BaseModel):
     the model) and record the hash with the step."""
     tensorboard: bool = True
     """Also write TensorBoard events when `tensorboard` is installed."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_limits(cls, data: Any) -> Any:
+        """Earlier configs' flat keys (and the trainer's default of 2 retries) read into `limits`, so a
+        YAML file or a `TrainConfig(concurrency=...)` call written before `limits` keeps working."""
+        if not isinstance(data, dict):
+            return data
+        flat = {FLAT_LIMITS[key]: data[key] for key in FLAT_LIMITS if key in data}
+        limits = data.get("limits")
+        if flat and limits is not None:
+            raise ValueError(
+                f"give the rollout limits in `limits:` only, not also as top-level keys "
+                f"({', '.join(k for k in FLAT_LIMITS if k in data)}): move them under `limits:` "
+                "(episode_retries is `limits.retries`)"
+            )
+        if isinstance(limits, dict):
+            flat = limits
+        elif limits is not None:
+            return data  # a RolloutLimits, as given
+        rest = {key: value for key, value in data.items() if key not in FLAT_LIMITS}
+        return {**rest, "limits": {"retries": TRAIN_RETRIES, **flat}}
+
+    @model_validator(mode="after")
+    def _whole_groups(self) -> TrainConfig:
+        if self.limits.time_budget is not None:
+            raise ValueError(
+                "limits.time_budget leaves episodes unplayed, and a training step needs every episode of "
+                "its groups: bound episodes with limits.episode_timeout instead"
+            )
+        return self
 
     @model_validator(mode="after")
     def _devices_fit(self) -> TrainConfig:

@@ -40,7 +40,7 @@ def local_engine(config: TrainConfig, model_dir: Path) -> RolloutEngine:
             **common,
             sync_timeout=config.sync_timeout,
             url=config.engine_url,
-            concurrency=config.concurrency,
+            concurrency=config.limits.concurrency,
             dtype=config.dtype,
         )
     return TransformersEngine(model_dir, **common, batch_size=config.generation_batch_size)

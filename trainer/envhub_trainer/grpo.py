@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from envhub.records import Episode
-from envhub.rollout import EpisodeRef, RolloutLimits, failed, rollout
+from envhub.rollout import EpisodeRef, failed, rollout
 from envhub.rollout.runner import POLICY_SECONDS
 from envhub_trainer import distributed, launch, memory, shares
 from envhub_trainer.config import TrainConfig
@@ -88,17 +88,6 @@ def group_refs(tasks: list[int], group_size: int) -> list[EpisodeRef]:
     ]
 
 
-def limits(config: TrainConfig) -> RolloutLimits:
-    """The runner's limits for training episodes: the config's timeouts, caps and re-runs."""
-    return RolloutLimits(
-        concurrency=config.concurrency,
-        backend_concurrency=config.backend_concurrency,
-        step_timeout=config.step_timeout,
-        episode_timeout=config.episode_timeout,
-        retries=config.episode_retries,
-    )
-
-
 async def play_groups(
     config: TrainConfig, engine: RolloutEngine, tasks: list[int], group_size: int, out: Path, *, greedy: bool
 ) -> list[list[Episode]]:
@@ -117,11 +106,11 @@ async def play_groups(
         config.env_id,
         engine.player(greedy=greedy),
         episodes=group_refs(tasks, group_size),
-        limits=limits(config),
+        limits=config.limits,
         env_kwargs=kwargs,
         seed=None,
         out=out,
-        backend=engine.backend,
+        runs_on=engine.backend,
         ray_workers=None if engine.backend == "local" else config.env_workers,
         policy_label=f"envhub-trainer {config.model} weights=v{engine.version} {sampling}",
         on_episode=played.append,  # as played: token traces exactly as the engine returned them

@@ -3,7 +3,7 @@ played by envhub's own Ray backend, the one `envhub rollout --backend ray` uses.
 
     driver (the trainer: weights, optimiser, metrics)
       |-- sync(weights, version) --------------> RolloutWorker x rollout_workers  (an in-process engine)
-      |-- envhub.rollout.rollout(backend=pool) -> EpisodeWorker x env_workers   (envhub's runner)
+      |-- envhub.rollout.rollout(runs_on=pool) -> EpisodeWorker x env_workers   (envhub's runner)
                                                     |-- act(turn) --> a RolloutWorker --> Generation
 
 `RayEngine` is the driver's `RolloutEngine`, so grpo.py's sync, checksum and version code is the same
