@@ -17,11 +17,6 @@ LIMIT = 80
 STILL_LONG: frozenset[str] = frozenset(
     {
         "envhub/grading/python_tests.py::grade_python",
-        "envs/swe/envhub_swe/cli.py::validate",
-        "envs/swe/envhub_swe/runtime.py::grade",
-        "envs/swe/envhub_swe/validate.py::validate",
-        "envs/swe/envhub_swe/validate.py::validate.one",
-        "envs/swe/envhub_swe/guard/sitecustomize.py::_install",
     }
 )
 

@@ -30,6 +30,7 @@ from envhub.record import seal
 from envhub.record import tape as tapes
 from envhub.records import RETRYABLE, Episode, EpisodeError, ErrorKind, Turn, episode_id
 from envhub.registration import make, sandbox_kind
+from envhub.wrappers import recorded
 
 T = TypeVar("T")
 
@@ -162,6 +163,11 @@ async def run_episode(
     (`envhub.record.seal`).
     """
     if record:
+        if not recorded(env):
+            raise ValueError(
+                f"{env!r} cannot be recorded: it was not made by envhub.make(), whose Recorder wrapper "
+                "keeps the tape's turns; make it by id, or wrap it in envhub.wrappers.Recorder(env)"
+            )
         key, salt = seal.load_key(), seal.new_salt()
         secrets = seal.Secrets(key, salt, episode_id)
         with tapes.using(tapes.Tape("record", secrets=secrets.derive)) as tape:
@@ -203,7 +209,6 @@ async def _reset(
     env: Env, limits: _Limits, base: dict[str, Any], seed: int | None
 ) -> tuple[list[Message], dict[str, Any]] | Episode:
     """Reset the env: the first observation and the record's fields it gives, or the failed episode."""
-    tapes.mark_turn(0)
     try:
         observation, info = await limits.run(env.reset(seed=seed), "env reset")
         reset_info = ResetInfo.read(info)  # an env that writes a key the runner reads wrongly says so here
@@ -346,7 +351,6 @@ async def _play_turns(
                 (output.message, output.tokens) if isinstance(output, Generation) else (output, None)
             )
             stage = "env"
-            tapes.mark_turn(len(play.turns) + 1)
             result = await limits.run(env.step(action), "env step")
             step_info = StepInfo.read(result.info)
         except _Stopped as stop:
