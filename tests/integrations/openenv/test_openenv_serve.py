@@ -173,6 +173,29 @@ async def test_a_full_server_refuses_the_next_session_with_capacity_reached(sing
             await second.reset(seed=0)
 
 
+async def test_envhub_and_openenv_sessions_hold_the_same_slots(single: EnvhubServe) -> None:
+    """One session class under both protocols: an envhub session holds the one slot against an OpenEnv
+    client (refused with CAPACITY_REACHED and max_sessions), and an OpenEnv session against envhub's
+    client (refused as busy), and each slot is free again once its session ends."""
+    remote = envhub.make(f"{single.http.replace('http://', 'ws://')}/guess-number")
+    await remote.reset(seed=0)
+    try:
+        async with GenericEnvClient(base_url=single.http) as client:
+            with pytest.raises(RuntimeError, match=r"the server is full.*CAPACITY_REACHED"):
+                await client.reset(seed=0)
+    finally:
+        await remote.close()
+    async with httpx.AsyncClient() as http:  # the server frees the slot once it has read the close frame
+        for _ in range(100):
+            if (await http.get(f"{single.http}/health")).json()["sessions"] == 0:
+                break
+            await asyncio.sleep(0.05)
+    async with GenericEnvClient(base_url=single.http) as client:
+        await client.reset(seed=0)
+        with pytest.raises(envhub.InfrastructureError, match="the server is full"):
+            await envhub.make(f"{single.http.replace('http://', 'ws://')}/guess-number").reset(seed=0)
+
+
 async def test_an_idle_session_is_reaped_after_its_lease() -> None:
     server = EnvhubServe("guess-number", "--lease", "0.5")
     try:
