@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import difflib
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -131,6 +132,31 @@ def validate(
         + (f"; verdicts stored in {store.path} as they are reached" if store is not None else "")
     )
     started = time.monotonic()
+    results_ = _with_progress(
+        len(rows),
+        lambda advance: run_validation(
+            rows,
+            dataset=dataset,
+            runtime=runtime,  # type: ignore[arg-type]
+            workspaces=workspaces.resolve() if workspaces else None,
+            concurrency=concurrency,
+            timeout_s=timeout,
+            keep_logs=keep_logs,
+            on_done=advance,
+            together=pair,
+            retries=retries,
+            results=store,
+        ),
+    )
+    good = _print_validation(results_, f"{dataset} · runtime {runtime}", started, store, keep_logs)
+    if good != len(results_):
+        raise typer.Exit(1)
+
+
+def _with_progress(
+    total: int, grading: Callable[[Callable[[Validation], None]], Coroutine[Any, Any, list[Validation]]]
+) -> list[Validation]:
+    """Run the grading under a progress bar that prints each instance's state as it is reached."""
     with Progress(
         TextColumn("[bold]validating"),
         BarColumn(),
@@ -138,7 +164,7 @@ def validate(
         TimeElapsedColumn(),
         console=console,
     ) as progress:
-        task = progress.add_task("validate", total=len(rows))
+        task = progress.add_task("validate", total=total)
 
         def advance(result: Validation) -> None:
             state = "valid" if result.ok else "not graded" if result.errors else "invalid"
@@ -147,24 +173,7 @@ def validate(
             )
             progress.advance(task)
 
-        results_ = asyncio.run(
-            run_validation(
-                rows,
-                dataset=dataset,
-                runtime=runtime,  # type: ignore[arg-type]
-                workspaces=workspaces.resolve() if workspaces else None,
-                concurrency=concurrency,
-                timeout_s=timeout,
-                keep_logs=keep_logs,
-                on_done=advance,
-                together=pair,
-                retries=retries,
-                results=store,
-            )
-        )
-    good = _print_validation(results_, f"{dataset} · runtime {runtime}", started, store, keep_logs)
-    if good != len(results_):
-        raise typer.Exit(1)
+        return asyncio.run(grading(advance))
 
 
 def _check_validate_options(runtime: str, results: Path | None, resume: bool) -> None:
