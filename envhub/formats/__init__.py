@@ -1,0 +1,1 @@
+"""Envs written in other projects' formats, made by id (`openenv:URL`, `verifiers:MODULE`, `harbor:PATH`)."""
