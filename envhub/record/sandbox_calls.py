@@ -1,17 +1,17 @@
 """The tape's hooks in the sandboxes: each backend's calls and its Python worker's snippets, recorded
 with the running episode or answered from its recording (`envhub.record.tape`).
 
-`Sandbox.__init_subclass__` calls `instrument` on every backend, so each backend's own `exec`,
+`TapeCalls` is an interceptor of every sandbox's calls (`envhub.sandbox.intercept`, the one way
+anything is put around them), in force while the running task has a tape: each backend's own `exec`,
 `write_file`, `read_file`, `upload_dir`, `download` and `report` are recorded without the backend
 knowing, and its `create` gives a stand-in (`envhub.record.stand_in.ReplaySandbox`) while replaying: no
-sandbox starts. Nothing changes a call when no tape is active.
+sandbox starts. Nothing changes a call when no tape is active. Duck-typed rather than a subclass of
+`Interceptor`, so that this module imports nothing of `envhub.sandbox` before the sandbox's base does.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import inspect
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,42 +25,16 @@ if TYPE_CHECKING:
 RECORDED = ("exec", "write_file", "read_file", "upload_dir", "download", "report")
 
 
-def instrument(cls: type) -> None:
-    """Record (or answer from the tape) the sandbox calls `cls` defines itself."""
-    for name in RECORDED:
-        method = cls.__dict__.get(name)
-        if method is None or getattr(method, "__recorded__", False):
-            continue
-        wrapped = _sync_call(name, method) if name == "report" else _async_call(name, method)
-        setattr(wrapped, "__recorded__", True)  # noqa: B010 - a function attribute mypy does not know
-        setattr(cls, name, wrapped)
-    create = cls.__dict__.get("create")
-    if isinstance(create, classmethod):
-        setattr(cls, "create", classmethod(_create(create.__func__)))  # noqa: B010 - any backend class
+class TapeCalls:
+    """The tape's interceptor (`envhub.sandbox.intercept.Interceptor`): records each of `RECORDED` with
+    the running episode, or answers it from the recording; while replaying, `create` gives a stand-in."""
 
-
-def _create(real: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    @functools.wraps(real)
-    async def create(cls: type, policy: Any, *args: Any, **kwargs: Any) -> Any:
+    async def around(
+        self, sandbox: Any, name: str, arguments: dict[str, Any], call: Callable[[], Awaitable[Any]]
+    ) -> Any:
         tape = current()
-        if tape is not None and tape.replaying:
-            return tape.stand_in(policy, getattr(cls, "backend", "replay"))
-        return await real(cls, policy, *args, **kwargs)
-
-    return create
-
-
-def _async_call(name: str, real: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    signature = inspect.signature(real)
-
-    @functools.wraps(real)
-    async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        tape = current()
-        if tape is None:
-            return await real(self, *args, **kwargs)
-        bound = signature.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
+        if tape is None or name not in RECORDED:
+            return await call()
         given = _input(name, tape.redact(arguments))
         if tape.replaying:
             recorded = tape.answer("sandbox", name, given)
@@ -68,31 +42,38 @@ def _async_call(name: str, real: Callable[..., Awaitable[Any]]) -> Callable[...,
             return _replayed(name, recorded.output, arguments)
         with inside():
             try:
-                result = await real(self, *args, **kwargs)
+                result = await call()
             except Exception as exc:
                 tape.record("sandbox", name, given, error=exc)
                 raise
         tape.record("sandbox", name, given, _output(name, result, arguments))
         return result
 
-    return call
-
-
-def _sync_call(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(real)
-    def call(self: Any) -> Any:
+    def around_report(self, sandbox: Any, call: Callable[[], Any]) -> Any:
         tape = current()
         if tape is None:
-            return real(self)
+            return call()
         if tape.replaying:
             from envhub.sandbox.policy import IsolationReport
 
-            return IsolationReport.model_validate(tape.answer("sandbox", name, None).output)
-        result = real(self)
-        tape.record("sandbox", name, None, result.model_dump(mode="json"))
+            return IsolationReport.model_validate(tape.answer("sandbox", "report", None).output)
+        result = call()
+        tape.record("sandbox", "report", None, result.model_dump(mode="json"))
         return result
 
-    return call
+    async def around_create(self, cls: type, policy: Any, call: Callable[[], Awaitable[Any]]) -> Any:
+        tape = current()
+        if tape is not None and tape.replaying:
+            return tape.stand_in(policy, getattr(cls, "backend", "replay"))
+        return await call()
+
+
+_TAPE_CALLS = TapeCalls()
+
+
+def tape_calls() -> TapeCalls | None:
+    """The interceptor while this task records or replays an episode (and no recorded call is running)."""
+    return None if current() is None else _TAPE_CALLS
 
 
 def _input(name: str, arguments: dict[str, Any]) -> Json:

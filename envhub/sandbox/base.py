@@ -11,7 +11,8 @@ from pathlib import PurePosixPath
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from envhub.record.sandbox_calls import attach, instrument
+from envhub.record.sandbox_calls import attach, tape_calls
+from envhub.sandbox.intercept import Interceptor, add_ambient, wrap_class
 from envhub.sandbox.policy import IsolationPolicy, IsolationReport
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
 from envhub.sandbox.worker import PythonWorker
@@ -84,11 +85,17 @@ class Sandbox(ABC):
     """
 
     backend: ClassVar[str]
+    _interceptors: tuple[Interceptor, ...] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Each backend's calls are recorded with an episode and answered in its replay (envhub.record)."""
+        """Each backend's calls pass through the interceptors in force (`envhub.sandbox.intercept`): the
+        tape of a recorded or replayed episode, a fleet's lease."""
         super().__init_subclass__(**kwargs)
-        instrument(cls)
+        wrap_class(cls)
+
+    def intercept(self, interceptor: Interceptor) -> None:
+        """Put `interceptor` around this sandbox's own calls, inside any already there (a fleet's lease)."""
+        self._interceptors = (*self._interceptors, interceptor)
 
     def __init__(self, policy: IsolationPolicy) -> None:
         self.policy = policy
@@ -215,3 +222,7 @@ class Sandbox(ABC):
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<{type(self).__name__} {state}>"
+
+
+wrap_class(Sandbox)  # its own fork and close, which most backends inherit
+add_ambient(tape_calls)

@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 import envhub.cli.fleet  # noqa: F401 - registers `envhub fleet` (the lead adds it to envhub.cli)
 import envhub.sandbox as sandbox
 from envhub.cli import app
+from envhub.record import tape as tapes
 from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable, owner
 from envhub.sandbox.backends import create
 from envhub.sandbox.fleet import Fleet, FleetConfig, LeaseBook, Provider, TokenBucket
@@ -197,6 +198,24 @@ async def test_a_fork_of_a_fleet_sandbox_is_leased_and_counted(tmp_path: Path) -
         await parent.close()
         fleet.close()
     assert fleet.quotas["local"].in_use == 0 and fleet.book.leases() == []
+
+
+async def test_a_fleet_sandbox_is_held_by_its_class_level_calls_beside_the_tape(tmp_path: Path) -> None:
+    """The fleet's lease and the tape are interceptors of the same class-level calls
+    (envhub.sandbox.intercept): a close reached through the class gives the lease back too, the sandbox
+    keeps its class's own methods, and a recorded episode's calls on it are kept as on any sandbox."""
+    fleet = Fleet(config(tmp_path, Provider(name="local", max_concurrent=1)))
+    try:
+        with tapes.using(tapes.Tape("record")) as tape:
+            box = await fleet.open(POLICY)
+            assert "close" not in vars(box) and "fork" not in vars(box)
+            assert (await box.exec("echo hi")).stdout == "hi\n"
+            await type(box).close(box)  # as a backend's own code or a generic helper reaches it
+        assert fleet.quotas["local"].in_use == 0 and fleet.book.leases() == []
+        assert [call.method for call in tape.calls if call.method == "exec"] == ["exec"]
+    finally:
+        await box.close()
+        fleet.close()
 
 
 # -- rate limits -------------------------------------------------------------------------------------

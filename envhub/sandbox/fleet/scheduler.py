@@ -22,6 +22,7 @@ from envhub.sandbox.base import Sandbox
 from envhub.sandbox.fleet.config import FleetConfig, Provider
 from envhub.sandbox.fleet.leases import Heartbeat, Lease, LeaseBook, default_lease_dir
 from envhub.sandbox.fleet.limits import Quota, TokenBucket
+from envhub.sandbox.intercept import Interceptor
 from envhub.sandbox.policy import IsolationPolicy
 from envhub.sandbox.results import SandboxError, SandboxUnavailable
 
@@ -202,25 +203,7 @@ class Fleet:
             raise
         self.heartbeat.hold(lease)
         self.opened[provider] += 1
-        closing = sandbox.close
-
-        async def close() -> None:
-            if sandbox.closed:
-                return
-            try:
-                await closing()
-            finally:
-                self._release(provider, lease)
-
-        forking = sandbox.fork
-
-        async def fork() -> Sandbox:
-            child = await forking()
-            self.quotas[provider].take_anyway()
-            return self._hand_out(provider, child)
-
-        sandbox.close = close  # type: ignore[method-assign]  # __aexit__ and callers reach this one
-        sandbox.fork = fork  # type: ignore[method-assign]  # Env.fork reaches it through __fork__
+        sandbox.intercept(_Leased(self, provider, lease))
         return sandbox
 
     def _release(self, provider: str, lease: Lease) -> None:
@@ -247,6 +230,31 @@ class Fleet:
                 await asyncio.wait_for(waiter, SHARED_POLL_S if shared else None)
         finally:
             self._waiters.remove(waiter)
+
+
+class _Leased(Interceptor):
+    """A fleet's hold on one sandbox it handed out (`envhub.sandbox.intercept`): its close gives back the
+    lease and the quota, and each of its forks (on the same provider, counted even past the quota) is
+    handed out the same way."""
+
+    def __init__(self, fleet: Fleet, provider: str, lease: Lease) -> None:
+        self.fleet, self.provider, self.lease = fleet, provider, lease
+
+    async def around(
+        self, sandbox: Any, name: str, arguments: dict[str, Any], call: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        if name == "close":
+            if sandbox.closed:
+                return None
+            try:
+                return await call()
+            finally:
+                self.fleet._release(self.provider, self.lease)
+        if name == "fork":
+            child = await call()
+            self.fleet.quotas[self.provider].take_anyway()
+            return self.fleet._hand_out(self.provider, child)
+        return await call()
 
 
 def _engine(provider: str) -> str | None:
