@@ -16,7 +16,6 @@ LIMIT = 80
 
 STILL_LONG: frozenset[str] = frozenset(
     {
-        "envhub/grading/python_tests.py::grade_python",
     }
 )
 

@@ -32,13 +32,13 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from envhub.core import InfrastructureError
 from envhub.record import tape as recording
-from envhub.sandbox import Backend, IsolationPolicy, IsolationReport
+from envhub.sandbox import Backend, ExecResult, IsolationPolicy, IsolationReport
 from envhub.sandbox import open as open_sandbox
 
 _HERE = Path(__file__).parent
@@ -177,48 +177,23 @@ async def grade_python(
     frame). Raises InfrastructureError if the sandbox or the grader itself could not run (the runner
     retries those); everything the solution does scores.
     """
-    if not tests:
-        raise ValueError("grade_python needs at least one test")
-    names = [t.name for t in tests]
-    if len(set(names)) != len(names):
-        raise ValueError(f"test names must be unique, got {names}")
-    files = {f"{module}.py": solution} if isinstance(solution, str) else dict(solution)
     policy = policy or GRADE_POLICY
-    if time_limit_s + 5 > policy.wall_time_s:
-        raise ValueError(
-            f"time_limit_s={time_limit_s:g} leaves no room inside the sandbox's wall time "
-            f"({policy.wall_time_s:g} s); lower it or raise the policy's wall_time_s"
-        )
+    names = _check_arguments(tests, policy, time_limit_s)
+    files = {f"{module}.py": solution} if isinstance(solution, str) else dict(solution)
     nonce = recording.secret_bytes(32, _judged(files, tests, prelude, check_prelude, module))
     graded = _mix_in_canaries(tests)
-    payload = {
-        "nonce": nonce.hex(),
-        "workdir": policy.workdir,
-        "module": module,
-        "prelude": prelude,
-        "check_prelude": check_prelude,
-        "probe_source": PROBE_SOURCE,
-        "import_timeout": import_timeout_s,
-        "time_limit": time_limit_s,
-        "tests": [
-            {
-                "probe": g.test.probe,
-                "check": g.test.check,
-                "mode": "statement" if g.test.check is None else "probe",
-                "timeout": g.test.timeout_s,
-            }
-            for g in graded
-        ],
-    }
+    payload = _payload(
+        nonce,
+        graded,
+        policy=policy,
+        module=module,
+        prelude=prelude,
+        check_prelude=check_prelude,
+        import_timeout_s=import_timeout_s,
+        time_limit_s=time_limit_s,
+    )
     started = time.perf_counter()
-    async with open_sandbox(backend, policy=policy) as sb:
-        for path, text in files.items():
-            await sb.write_file(path, text)
-        # Only now, and only through the grader's stdin, do the tests enter the sandbox.
-        run = await sb.exec(
-            ["python3", "-I", "-S", "-c", GRADER_SOURCE], stdin=json.dumps(payload), cwd="/tmp"
-        )
-        isolation = sb.report()
+    run, isolation = await _run_grader(backend, policy, files, payload)
     duration = time.perf_counter() - started
     records, forged = _signed_records(run.stdout, nonce)
     start = next((r for r in records if r.get("event") == "started"), None)
@@ -232,39 +207,9 @@ async def grade_python(
         raise ValueError(f"the hidden tests are broken: {error.get('message')}")
     done = next((r for r in records if r.get("event") == "done"), None)
     reported = done.get("results") if done else None
-    problem = None
-    if forged:
-        problem = "lines imitating the grader's report were printed"
-    elif start.get("private") is not True:
-        problem = "the grader could not make itself non-dumpable, so its key was within the solution's reach"
-    elif run.timed_out:
-        problem = f"grading ran past the sandbox's wall time ({policy.wall_time_s:g} s)"
-    elif not isinstance(reported, list):
-        problem = f"the grader was stopped before it reported (exit {run.exit_code})"
-    elif run.exit_code != 0:
-        problem = f"the grader exited with status {run.exit_code}"
-    elif len(reported) != len(graded) or not all(isinstance(r, dict) for r in reported):
-        problem = f"the grader reported {len(reported)} results for {len(graded)} tests"
-    else:
-        problem = _canary_problem(graded, reported)
+    problem = _problem(run, forged, start, reported, graded, policy)
     entries = reported if problem is None and isinstance(reported, list) else [None] * len(graded)
-    results: list[TestResult] = []
-    for g, entry in zip(graded, entries, strict=True):
-        if g.role != "test":
-            continue
-        if entry is None:
-            results.append(TestResult(name=g.test.name, passed=False, error=problem or "not run"))
-        else:
-            results.append(
-                TestResult(
-                    name=g.test.name,
-                    passed=entry.get("passed") is True,
-                    error=entry.get("error"),
-                    trusted=g.test.check is not None,
-                )
-            )
-    order = {name: i for i, name in enumerate(names)}
-    results.sort(key=lambda r: order[r.name])  # the caller's order, not the shuffled one
+    results = _results(graded, entries, problem, names)
     valid = problem is None
     passed = sum(r.counts for r in results) if valid else 0
     evidence = GradeEvidence(
@@ -288,6 +233,118 @@ async def grade_python(
         isolation=isolation,
         untrusted_passed=sum(r.passed and not r.trusted for r in results) if valid else 0,
     )
+
+
+def _check_arguments(tests: list[HiddenTest], policy: IsolationPolicy, time_limit_s: float) -> list[str]:
+    """The tests' names, once they are known to be some, unique, and to fit in the sandbox's time."""
+    if not tests:
+        raise ValueError("grade_python needs at least one test")
+    names = [t.name for t in tests]
+    if len(set(names)) != len(names):
+        raise ValueError(f"test names must be unique, got {names}")
+    if time_limit_s + 5 > policy.wall_time_s:
+        raise ValueError(
+            f"time_limit_s={time_limit_s:g} leaves no room inside the sandbox's wall time "
+            f"({policy.wall_time_s:g} s); lower it or raise the policy's wall_time_s"
+        )
+    return names
+
+
+async def _run_grader(
+    backend: Backend, policy: IsolationPolicy, files: dict[str, str], payload: dict[str, Any]
+) -> tuple[ExecResult, IsolationReport]:
+    """The solution's files written to a fresh sandbox, then the grader run there on the payload."""
+    async with open_sandbox(backend, policy=policy) as sb:
+        for path, text in files.items():
+            await sb.write_file(path, text)
+        # Only now, and only through the grader's stdin, do the tests enter the sandbox.
+        run = await sb.exec(
+            ["python3", "-I", "-S", "-c", GRADER_SOURCE], stdin=json.dumps(payload), cwd="/tmp"
+        )
+        return run, sb.report()
+
+
+def _payload(
+    nonce: bytes,
+    graded: list[_Graded],
+    *,
+    policy: IsolationPolicy,
+    module: str,
+    prelude: str,
+    check_prelude: str,
+    import_timeout_s: float,
+    time_limit_s: float,
+) -> dict[str, Any]:
+    """What the grader reads from its stdin: the key, the preludes and every test (canaries mixed in)."""
+    return {
+        "nonce": nonce.hex(),
+        "workdir": policy.workdir,
+        "module": module,
+        "prelude": prelude,
+        "check_prelude": check_prelude,
+        "probe_source": PROBE_SOURCE,
+        "import_timeout": import_timeout_s,
+        "time_limit": time_limit_s,
+        "tests": [
+            {
+                "probe": g.test.probe,
+                "check": g.test.check,
+                "mode": "statement" if g.test.check is None else "probe",
+                "timeout": g.test.timeout_s,
+            }
+            for g in graded
+        ],
+    }
+
+
+def _problem(
+    run: ExecResult,
+    forged: bool,
+    start: dict[str, Any],
+    reported: object,
+    graded: list[_Graded],
+    policy: IsolationPolicy,
+) -> str | None:
+    """Why the grade is void (forged lines, a grader within reach, a run cut short, a canary that
+    misbehaved), or None when the report can be trusted."""
+    if forged:
+        return "lines imitating the grader's report were printed"
+    if start.get("private") is not True:
+        return "the grader could not make itself non-dumpable, so its key was within the solution's reach"
+    if run.timed_out:
+        return f"grading ran past the sandbox's wall time ({policy.wall_time_s:g} s)"
+    if not isinstance(reported, list):
+        return f"the grader was stopped before it reported (exit {run.exit_code})"
+    if run.exit_code != 0:
+        return f"the grader exited with status {run.exit_code}"
+    if len(reported) != len(graded) or not all(isinstance(r, dict) for r in reported):
+        return f"the grader reported {len(reported)} results for {len(graded)} tests"
+    return _canary_problem(graded, reported)
+
+
+def _results(
+    graded: list[_Graded], entries: list[Any], problem: str | None, names: list[str]
+) -> list[TestResult]:
+    """Each real test's result, in the caller's order; every one failed, naming why, when the grade is
+    void."""
+    results: list[TestResult] = []
+    for g, entry in zip(graded, entries, strict=True):
+        if g.role != "test":
+            continue
+        if entry is None:
+            results.append(TestResult(name=g.test.name, passed=False, error=problem or "not run"))
+        else:
+            results.append(
+                TestResult(
+                    name=g.test.name,
+                    passed=entry.get("passed") is True,
+                    error=entry.get("error"),
+                    trusted=g.test.check is not None,
+                )
+            )
+    order = {name: i for i, name in enumerate(names)}
+    results.sort(key=lambda r: order[r.name])  # the caller's order, not the shuffled one
+    return results
 
 
 def _judged(
