@@ -59,7 +59,7 @@ Actor = Any
 """A Ray actor handle (Ray's annotations of actor calls do not type-check)."""
 
 EngineBuilder = Callable[[TrainConfig, Path], Any]
-"""Builds an in-process engine (`engine_factory.local_engine`) inside a rollout worker; pickled by reference."""
+"""Builds an in-process engine (`engine_factory.local_engine`) in a rollout worker; pickled by reference."""
 
 SEED_STRIDE = 1_000_003
 """Rollout worker i samples with seed `seed + i * SEED_STRIDE`: worker 0 as one process would, the
