@@ -33,6 +33,11 @@ CLOSE_UNKNOWN_ENV = 4404
 CLOSE_LEASE = 4408
 """The session sat idle longer than the server's lease and was reaped, or sent no `open` in time."""
 
+REFUSAL_HTTP_STATUS = {"auth": 401, "unknown_env": 404, "busy": 503}
+"""The HTTP status of a refused session or request, by its error kind, under either protocol."""
+REFUSAL_CLOSE_CODE = {"auth": CLOSE_AUTH, "unknown_env": CLOSE_UNKNOWN_ENV, "busy": CLOSE_BUSY}
+"""The websocket close code of a refused session, by its error kind, under either protocol."""
+
 
 def presented_token(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
     """The token a request carries: `Authorization: Bearer TOKEN`, Basic auth's password, or `?token=`."""

@@ -29,9 +29,6 @@ from envhub.serve import protocol as p
 from envhub.serve.doors import Doors
 from envhub.serve.session import Reply, ServeState, Session, hold
 
-_CLOSE_CODE = {"auth": p.CLOSE_AUTH, "unknown_env": p.CLOSE_UNKNOWN_ENV, "busy": p.CLOSE_BUSY}
-_HTTP_STATUS = {"auth": 401, "unknown_env": 404, "busy": 503}
-
 
 def create_app(
     env_ids: list[str],
@@ -102,7 +99,7 @@ async def _describe(request: Request) -> JSONResponse:
     env_id = request.path_params["env_id"]
     refusal = state.refusal(_token(request), env_id)
     if refusal is not None and refusal.kind != "busy":
-        return JSONResponse(refusal.model_dump(mode="json"), status_code=_HTTP_STATUS[refusal.kind])
+        return JSONResponse(refusal.model_dump(mode="json"), status_code=p.REFUSAL_HTTP_STATUS[refusal.kind])
     description = p.Description(spec=stamp(registry.spec(state.env_ids[env_id])))  # resolved by refusal()
     return JSONResponse(description.model_dump(mode="json"))
 
@@ -118,7 +115,7 @@ async def _session(ws: WebSocket) -> None:
     refusal = state.refusal(_token(ws), ws.path_params["env_id"])
     if refusal is not None:
         state.counts[f"refused_{refusal.kind}"] += 1
-        await deny(ws, refusal, _HTTP_STATUS[refusal.kind])
+        await deny(ws, refusal, p.REFUSAL_HTTP_STATUS[refusal.kind])
         return
     await hold(ws, state, state.env_ids[ws.path_params["env_id"]], _Envhub())
 
@@ -129,7 +126,7 @@ async def deny(ws: WebSocket, refusal: p.Error, status: int) -> None:
     try:
         await ws.send_denial_response(JSONResponse(refusal.model_dump(mode="json"), status_code=status))
     except RuntimeError:
-        await ws.close(code=_CLOSE_CODE.get(refusal.kind, p.CLOSE_AUTH), reason=refusal.kind)
+        await ws.close(code=p.REFUSAL_CLOSE_CODE.get(refusal.kind, p.CLOSE_AUTH), reason=refusal.kind)
 
 
 class _Envhub:

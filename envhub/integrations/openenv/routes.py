@@ -196,15 +196,11 @@ def _openenv_base(connection: HTTPConnection) -> str:
     return connection.url.path.rstrip("/").rpartition("/")[0]
 
 
-_HTTP_STATUS = {"auth": 401, "unknown_env": 404, "busy": 503}
-_CLOSE_CODE = {"auth": p.CLOSE_AUTH, "unknown_env": p.CLOSE_UNKNOWN_ENV, "busy": p.CLOSE_BUSY}
-
-
 def _refused(refusal: p.Error, state: ServeState) -> JSONResponse:
     body: dict[str, Any] = {"detail": refusal.message}
     if refusal.kind == "unknown_env":
         body["envs"] = state.served()
-    return JSONResponse(body, status_code=_HTTP_STATUS.get(refusal.kind, 400))
+    return JSONResponse(body, status_code=p.REFUSAL_HTTP_STATUS.get(refusal.kind, 400))
 
 
 async def _session(ws: WebSocket, env_id: str) -> None:
@@ -236,7 +232,7 @@ async def _refuse(ws: WebSocket, refusal: p.Error, state: ServeState) -> None:
     with contextlib.suppress(TimeoutError, WebSocketDisconnect, KeyError):
         await ws.send_text(wire.ErrorFrame.of(code, refusal.message, **extra).model_dump_json())
         await asyncio.wait_for(ws.receive_text(), state.open_seconds)
-        await ws.close(code=_CLOSE_CODE.get(refusal.kind, p.CLOSE_AUTH), reason=refusal.kind)
+        await ws.close(code=p.REFUSAL_CLOSE_CODE.get(refusal.kind, p.CLOSE_AUTH), reason=refusal.kind)
 
 
 class _OpenEnv:
