@@ -1,8 +1,8 @@
 """The sandbox a replayed env gets: nothing runs in it, the tape answers every call.
 
-Its calls never reach these methods: `Sandbox.__init_subclass__` instruments this class like any
-backend, and while a tape replays, the instrumented methods answer from it. Reaching one means the
-sandbox is used outside its replay, which is a mistake worth a clear error.
+Its calls never reach these methods: its class is wrapped like any backend's (`envhub.sandbox.intercept`),
+and while a tape replays, the tape's interceptor answers them. Reaching one means the sandbox is used
+outside its replay, which is a mistake worth a clear error.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ through the interceptors in force, outermost first:
 Class-level wrapping rather than assigning a live sandbox's methods (as the fleet once did): it catches
 every call however it is reached (`__aexit__`, `Env.fork` through `__fork__`, a backend calling its own
 method), it serves an interceptor that exists before the sandbox (the tape's `create`), and it leaves
-each instance as its class made it. With no interceptor in force a call costs one context lookup.
+each instance as its class made it. With no interceptor in force a call runs straight through, after
+asking each ambient source (for the tape, a context variable read) and the sandbox for theirs.
 
 Hand-written rather than a proxy or aspect library: the wrappers must keep each method's signature (the
 tape keys a call by its bound arguments) and an abstract method's abstractness, in a few lines.
