@@ -20,7 +20,7 @@ from envhub.record.calls import Json
 from envhub.record.tape import blob, current, inside, kept, unblob
 
 if TYPE_CHECKING:
-    from envhub.sandbox.worker import PythonWorker
+    from envhub.sandbox.python_repl import PythonWorker
 
 RECORDED = ("exec", "write_file", "read_file", "upload_dir", "download", "report")
 
@@ -166,7 +166,7 @@ def attach(worker: PythonWorker) -> bool:
             return await real(code, timeout=timeout)
         given = kept(tape.redact({"code": code, "timeout": timeout}))
         if tape.replaying:
-            from envhub.sandbox.worker import ReplResult
+            from envhub.sandbox.python_repl import ReplResult
 
             recorded = tape.answer("worker", "run", given)
             _raise_recorded(recorded.error)

@@ -22,9 +22,9 @@ from envhub.sandbox.backends import BACKENDS, Backend, create
 from envhub.sandbox.base import Command, Sandbox
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport
 from envhub.sandbox.pool import SandboxPool
+from envhub.sandbox.python_repl import PythonWorker
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
 from envhub.sandbox.spares import take_spare
-from envhub.sandbox.worker import PythonWorker
 
 __all__ = [
     "BACKENDS",

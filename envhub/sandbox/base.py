@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 from envhub.record.sandbox_calls import attach, tape_calls
 from envhub.sandbox.intercept import Interceptor, add_ambient, wrap_class
 from envhub.sandbox.policy import IsolationPolicy, IsolationReport
+from envhub.sandbox.python_repl import PythonWorker
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
-from envhub.sandbox.worker import PythonWorker
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -96,7 +96,7 @@ async def _plain_python() -> None:
 
 async def _plain_worker_p50(n: int) -> float:
     """The worker protocol with no sandbox at all: what the sandboxed worker is compared with."""
-    from envhub.sandbox.worker import _SERVER
+    from envhub.sandbox.python_repl import _SERVER
 
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-I", "-u", "-c", _SERVER, "65536",

@@ -25,7 +25,7 @@ from envhub.grading import GRADE_POLICY, GradeReport, HiddenTest, grade_python
 from envhub.messages import Message, ToolCall
 from envhub.sandbox import Backend, IsolationPolicy, Sandbox, SandboxError
 from envhub.sandbox import open as open_sandbox
-from envhub.sandbox.worker import PythonWorker
+from envhub.sandbox.python_repl import PythonWorker
 from envhub_code.loaders import load_humaneval, load_mbpp
 from envhub_code.tasks import CodeTask, builtin_tasks, split_of
 

@@ -1,9 +1,10 @@
-"""Persistent worker mode: one sandboxed Python interpreter per episode, state kept between snippets.
+"""The Python REPL of multi-turn code agents (`PythonWorker`): one sandboxed interpreter per episode,
+state kept between snippets.
 
-This is the Python REPL tool of multi-turn code agents. A snippet that runs past its timeout is
-interrupted inside the interpreter (SIGALRM raises in the user's code), so the session survives; only
-a snippet that ignores the interrupt (stuck in C code, or catching BaseException) is killed after a
-grace period, and then the session's state is lost, which the result says.
+A snippet that runs past its timeout is interrupted inside the interpreter (SIGALRM raises in the user's
+code), so the session survives; only a snippet that ignores the interrupt (stuck in C code, or catching
+BaseException) is killed after a grace period, and then the session's state is lost, which the result
+says.
 
 A worker forks with its env (`Env.fork`): an interpreter's memory cannot be copied, so the child's
 worker starts a new interpreter in the child's (forked) sandbox and runs again, in order, the cells the
