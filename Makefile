@@ -99,7 +99,7 @@ $(VERIFIERS_VENV)/.installed: pyproject.toml
 	touch $@
 
 test-verifiers: $(VERIFIERS_VENV)/.installed
-	$(VERIFIERS_VENV)/bin/pytest -m verifiers --strict-skips tests/formats/test_verifiers.py
+	$(VERIFIERS_VENV)/bin/pytest -m verifiers --strict-skips tests/integrations/verifiers/test_verifiers.py
 
 # The main job on the embedded default: batches of episodes written to Parquet, with summary tables.
 # Code written by the bundled oracle policy runs in the bubblewrap sandbox and is graded by hidden tests.

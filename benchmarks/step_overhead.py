@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 import envhub
-from envhub.gym_adapter import UnicodeText
+from envhub.integrations.gymnasium import UnicodeText
 from envhub.wrappers import apply_wrappers
 
 GOAL = 3.0  # the async contract should cost at most 3x a gymnasium step

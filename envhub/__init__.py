@@ -34,7 +34,7 @@ from envhub.tools import ToolSpec, tool
 if importlib.util.find_spec("gymnasium") is not None:
     # gymnasium 1.x has no plugin hook: `gymnasium.make("envhub/<id>")` works once envhub is imported
     try:
-        import envhub.gym_registration  # noqa: F401  (registers every id with gymnasium on import)
+        import envhub.integrations.gymnasium  # noqa: F401  (registers every id with gymnasium on import)
     except Exception as exc:  # a broken gymnasium install must not stop envhub itself
         import warnings
 

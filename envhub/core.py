@@ -12,7 +12,7 @@ import copy
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self
+from typing import Any, ClassVar, NamedTuple, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -23,9 +23,6 @@ from envhub.env_spec import refuse_unknown_options
 from envhub.messages import Message
 from envhub.text_format import parse_assistant_text
 from envhub.tools import ToolSpec
-
-if TYPE_CHECKING:
-    from envhub.gym_adapter import GymnasiumEnv
 
 Observation = list[Message]
 """What the environment says after a reset or a step: the new messages only, not the whole history."""
@@ -309,13 +306,6 @@ class Env(ABC):
                     await asyncio.shield(resource.close())  # sandboxes and envs: all have close()
             raise
         return child
-
-    def to_gymnasium(self, **kwargs: Any) -> GymnasiumEnv:
-        """A synchronous `gymnasium.Env` over this environment (needs the `gymnasium` extra, so the
-        adapter is imported on the call; it imports nothing of this module)."""
-        from envhub.gym_adapter import GymnasiumEnv
-
-        return GymnasiumEnv(self, **kwargs)
 
     async def __aenter__(self) -> Self:
         return self

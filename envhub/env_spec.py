@@ -1,7 +1,7 @@
 """Which environment an episode ran in, and where it came from: `EnvSpec` and its `Provenance`.
 
-Part of the contract (`envhub.core` exports both); a module of its own so that the gymnasium adapter,
-which `Env.to_gymnasium` builds, can name an env's spec without importing the core.
+Part of the contract (`envhub.core` exports both); a module of its own so that the registry and the
+serve client can name an env's spec without the `Env` class and its machinery.
 """
 
 from __future__ import annotations

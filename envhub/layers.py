@@ -181,10 +181,10 @@ LAYERS: tuple[Layer, ...] = (
     Layer(
         _FORMATS,
         (
-            "envhub.formats",
             "envhub.integrations",
             "envhub.integrations.harbor",
             "envhub.integrations.openenv",
+            "envhub.integrations.verifiers",
         ),
         (_CONTRACT, _PLUMBING, _AUTHORING, _SANDBOXES, _GRADERS),
         "Envs written in other projects' formats (OpenEnv, verifiers, Harbor), built like any env on the "
@@ -192,7 +192,7 @@ LAYERS: tuple[Layer, ...] = (
     ),
     Layer(
         _ADAPTERS,
-        ("envhub.gym_adapter", "envhub.gym_registration", "envhub.adapters"),
+        ("envhub.integrations.gymnasium", "envhub.integrations.trl", "envhub.integrations.skyrl"),
         (_CONTRACT, _PLUMBING, _REGISTRY),
         "Other libraries driving envhub's envs (gymnasium, TRL, SkyRL-Gym): they make envs by id and "
         "drive them synchronously, so they sit on the registry and the shared event loop.",
@@ -292,14 +292,6 @@ LAYERS: tuple[Layer, ...] = (
 
 
 KNOWN_UPWARD: tuple[KnownUpward, ...] = (
-    KnownUpward(
-        "envhub.core",
-        "envhub.gym_adapter",
-        "`Env.to_gymnasium` builds the adapter, imported on the call (gymnasium is an extra); the adapter "
-        "imports only the contract and the event loop, so this is no cycle.",
-        "issue 30, one home per part (H): the gymnasium adapter moves to `envhub/integrations/`, where "
-        "`to_gymnasium` can live beside it.",
-    ),
 )
 """Imports that break the table today: the worklist of issue 30. Only ever shrinks."""
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -28,6 +29,16 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
             _loop = asyncio.new_event_loop()
             threading.Thread(target=_loop.run_forever, name="envhub-sync-loop", daemon=True).start()
     return asyncio.run_coroutine_threadsafe(coro, _loop).result()
+
+
+def build(factory: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """Call `factory` on the background loop's thread, where what it builds will be driven: some objects
+    (envs among them) bind loop objects such as locks, queues and clients when they are built."""
+
+    async def call() -> T:
+        return factory(*args, **kwargs)
+
+    return run(call())
 
 
 def _forget_loop_after_fork() -> None:

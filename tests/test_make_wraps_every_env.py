@@ -10,6 +10,7 @@ import pytest
 
 import envhub
 from envhub.core import Action, Observation, StepResult
+from envhub.integrations.gymnasium import to_gymnasium
 from envhub.messages import Message, ToolCall, tool_result, user
 from envhub.policies import Policy
 from envhub.policies.scripted import ScriptedPolicy
@@ -110,7 +111,7 @@ async def test_fork_children_keep_the_turn_count_and_the_order(made: Registry) -
 
 
 async def test_the_gymnasium_adapter_keeps_the_limit(made: Registry) -> None:
-    gym_env = made.make(ENV, max_turns=2).to_gymnasium()
+    gym_env = to_gymnasium(made.make(ENV, max_turns=2))
     try:
         gym_env.reset(seed=0)
         truncations = [gym_env.step("a")[3] for _ in range(2)]

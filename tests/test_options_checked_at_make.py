@@ -18,6 +18,7 @@ import pytest
 
 import envhub
 from envhub.core import UnknownOptionError
+from envhub.integrations.gymnasium import to_gymnasium
 from tests.envhub_testkit.processes import interrupt
 
 HARBOR_TASK = Path(__file__).parent / "data" / "harbor_tasks" / "hello-json"
@@ -66,7 +67,7 @@ async def test_reset_refuses_options_the_env_does_not_declare() -> None:
         observation, _ = await env.reset(seed=0)  # the env is still usable
         assert observation
     with pytest.raises(UnknownOptionError, match="reset option 'bogus'"):
-        envhub.make("arithmetic").to_gymnasium().reset(seed=0, options={"bogus": 1})
+        to_gymnasium(envhub.make("arithmetic")).reset(seed=0, options={"bogus": 1})
 
 
 async def test_declared_reset_options_are_taken_and_named_in_the_spec() -> None:

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 import envhub
 from envhub.cli import app
+from envhub.integrations.gymnasium import to_gymnasium
 from envhub.messages import Message
 
 CALL = 'Adding first. <tool_call>{"name": "add", "arguments": {"a": 40, "b": 2}}</tool_call>'
@@ -28,7 +29,7 @@ async def test_step_and_the_gymnasium_adapter_read_the_string_alike() -> None:
         await env.reset(seed=4)
         await env.step(CALL)
         stepped: list[Message] = env.messages  # type: ignore[attr-defined]
-    adapter = envhub.make("arithmetic").to_gymnasium()
+    adapter = to_gymnasium(envhub.make("arithmetic"))
     adapter.reset(seed=4)
     adapter.step(CALL)
     adapter.close()

@@ -5,8 +5,8 @@
     report.passed_fraction, report.all_passed, report.evidence
 
 `docs/rewards.md` explains how the grade is computed and which reward hacks each part stops. The
-package was `envhub.verifiers`, a name the well-known `verifiers` library owns (and `envhub.formats.verifiers`
-plays its environments); that old name is gone.
+package was `envhub.verifiers`, a name the well-known `verifiers` library owns (and
+`envhub.integrations.verifiers` plays its environments); that old name is gone.
 """
 
 from envhub.grading.python_tests import (

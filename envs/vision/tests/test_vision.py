@@ -10,6 +10,7 @@ from envhub_vision import KINDS, Vision
 from PIL import Image
 
 import envhub
+from envhub.integrations.gymnasium import to_gymnasium
 from envhub.policies import OraclePolicy, RandomPolicy
 from envhub.rollout import run_batch, run_episode
 
@@ -102,7 +103,7 @@ async def test_images_are_stored_in_the_episode_record() -> None:
 
 
 def test_gymnasium_adapter_returns_the_image_as_an_array() -> None:
-    env = make("count-shapes").to_gymnasium(image_shape=(64, 96))
+    env = to_gymnasium(make("count-shapes"), image_shape=(64, 96))
     try:
         observation, _ = env.reset(seed=1)
         assert env.observation_space.contains(observation)

@@ -1,4 +1,4 @@
-"""envhub.adapters.skyrl through SkyRL-Gym's own registry and text-env interface (`make`, `init`,
+"""envhub.integrations.skyrl through SkyRL-Gym's own registry and text-env interface (`make`, `init`,
 `step`, `get_metrics`, `close`), against the same env played by envhub in-process."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import skyrl_gym  # type: ignore[import-untyped]
 from skyrl_gym.envs.base_text_env import BaseTextEnv  # type: ignore[import-untyped]
 
 import envhub
-from envhub.adapters import skyrl as envhub_skyrl
-from envhub.adapters.background import run
+from envhub.integrations import skyrl as envhub_skyrl
 from envhub.messages import Message
+from envhub.sync_loop import run
 from envhub.text_format import render
 
 ENV = "arithmetic-v0"

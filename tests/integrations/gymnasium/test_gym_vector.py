@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 
 import envhub
-from envhub.gym_registration import gymnasium_id
+from envhub.integrations.gymnasium import gymnasium_id
 
 DEADLINE = 300.0  # seconds; generous for a loaded 2-core machine, only ever reached by a hang
 
@@ -29,10 +29,11 @@ def plugin_ids() -> set[str]:
 VECTOR = """
 import json, sys
 import envhub
+from envhub.integrations.gymnasium import to_gymnasium
 from gymnasium.vector import AsyncVectorEnv
 
 method = sys.argv[1]
-env = AsyncVectorEnv([lambda: envhub.make("arithmetic").to_gymnasium() for _ in range(2)], context=method)
+env = AsyncVectorEnv([lambda: to_gymnasium(envhub.make("arithmetic")) for _ in range(2)], context=method)
 observations, _ = env.reset(seed=[1, 2])
 assert all("What is the result?" in text for text in observations), observations
 call = '<tool_call>{"name": "add", "arguments": {"a": 40, "b": 2}}</tool_call>'
@@ -65,7 +66,7 @@ def test_async_vector_env_works_with_either_start_method(method: str) -> None:
 def test_unicode_text_survives_shared_memory() -> None:
     from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
-    from envhub.gym_adapter import UnicodeText
+    from envhub.integrations.gymnasium.env import UnicodeText
 
     space = UnicodeText(16, min_length=0)
     memory = create_shared_memory(space, n=2)
@@ -96,7 +97,9 @@ print(json.dumps(sorted(gymnasium.registry)))
 
 
 def test_gymnasium_make_finds_every_envhub_id_through_the_adapter_module() -> None:
-    listed = json.loads(run_python(REGISTRY.format(first="gymnasium", second="envhub.gym_adapter")))
+    listed = json.loads(
+        run_python(REGISTRY.format(first="gymnasium", second="envhub.integrations.gymnasium.env"))
+    )
     assert plugin_ids() <= set(listed)
 
 
@@ -108,7 +111,7 @@ def test_gymnasium_make_finds_every_envhub_id_once_envhub_is_imported(order: tup
 
 def test_make_vec_builds_async_envs_from_the_gymnasium_id() -> None:
     code = """
-import gymnasium, envhub.gym_adapter
+import gymnasium, envhub.integrations.gymnasium.env
 env = gymnasium.make_vec("envhub/guess-number-v0", num_envs=2, vectorization_mode="async")
 observations, _ = env.reset(seed=3)
 env.close()

@@ -20,6 +20,6 @@ def make_env(target: str, *, max_turns: int | None = None, **kwargs: Any) -> Env
         raise ImportError(
             f"verifiers:{target} needs the verifiers package: pip install 'verifiers==0.4.0'"
         ) from exc
-    from envhub.formats.verifiers.env import VerifiersEnv
+    from envhub.integrations.verifiers.env import VerifiersEnv
 
     return VerifiersEnv(target, max_turns=max_turns, **kwargs)

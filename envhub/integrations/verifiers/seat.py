@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from envhub.formats.verifiers.toolsets import ServedToolsets
+from envhub.integrations.verifiers.toolsets import ServedToolsets
 from envhub.messages import Message
 
 if TYPE_CHECKING:

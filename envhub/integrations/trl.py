@@ -1,7 +1,7 @@
 """Any envhub id in TRL's `GRPOTrainer` environment mode (`environment_factory`, TRL >= 1.0).
 
     from trl import GRPOConfig, GRPOTrainer
-    from envhub.adapters import trl as envhub_trl
+    from envhub.integrations import trl as envhub_trl
 
     trainer = GRPOTrainer(
         model=MODEL,
@@ -32,10 +32,10 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Union
 
-from envhub.adapters.background import make_env, run
 from envhub.core import Env, Observation
 from envhub.messages import Message, ToolCall, refuse_images
 from envhub.registration import make
+from envhub.sync_loop import build, run
 from envhub.tools import ToolSpec
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class TRLEnvironment:
     def __init__(self) -> None:
         self.seed: int | None = None
         """The seed of the episode in progress (or last played): `envhub_reward` replays it."""
-        self._env = make_env(self.env_id, self.make_kwargs)
+        self._env = build(make, self.env_id, **self.make_kwargs)
         self._running = False
         self._calls = 0
         self._closer = weakref.finalize(self, _close_env, self._env)  # at GC, `close()` or exit

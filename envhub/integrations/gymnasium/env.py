@@ -4,7 +4,7 @@ Observations are the text of the new messages (and, when `image_shape` is given,
 an RGB array); actions are the assistant's text, with tool calls written as `<tool_call>` blocks.
 All adapters of a process share one background event loop, so the adapter also works inside a running
 loop (a notebook) without nesting loops; a forked process starts its own, since threads do not survive
-a fork. Making every envhub id a gymnasium id is `envhub.gym_registration`'s job.
+a fork. Making every envhub id a gymnasium id is `envhub.integrations.gymnasium.ids`'s job.
 """
 
 from __future__ import annotations
@@ -15,41 +15,17 @@ from collections.abc import Sequence
 from ctypes import c_int32
 from multiprocessing.sharedctypes import SynchronizedArray
 from types import ModuleType
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, overload
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import shared_memory
 
-from envhub.env_spec import EnvSpec
+from envhub.core import Env, EnvSpec
 from envhub.messages import Message
 from envhub.sync_loop import run
 from envhub.text_format import parse_assistant_text, render
-from envhub.tools import ToolSpec
-
-T = TypeVar("T")
-
-
-class AsyncEnv(Protocol):
-    """What the adapter drives: an envhub `Env`, as far as the adapter uses it.
-
-    Its shape, not `envhub.core.Env` itself: `Env.to_gymnasium` builds the adapter, so the core imports
-    this module and this module imports nothing of the core. `step` unpacks as the contract promises.
-    """
-
-    spec: EnvSpec | None
-
-    @property
-    def tools(self) -> list[ToolSpec]: ...
-
-    async def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[list[Message], dict[str, Any]]: ...
-
-    async def step(self, action: Message) -> tuple[list[Message], float, bool, bool, dict[str, Any]]: ...
-
-    async def close(self) -> None: ...
 
 
 class UnicodeText(spaces.Text):
@@ -129,12 +105,25 @@ def _write_text_memory(
     _text_slots(space, memory)[index] = points
 
 
+def to_gymnasium(
+    env: Env,
+    *,
+    max_length: int = 65_536,
+    image_shape: tuple[int, int] | None = None,
+    render_mode: str | None = None,
+) -> GymnasiumEnv:
+    """A synchronous `gymnasium.Env` over `env` (what `gymnasium.make("envhub/<id>")` builds by id)."""
+    return GymnasiumEnv(env, max_length=max_length, image_shape=image_shape, render_mode=render_mode)
+
+
 class GymnasiumEnv(gym.Env[Any, str]):
+    """gymnasium's classic API over an envhub env: text (and optionally an image) in, text out."""
+
     metadata = {"render_modes": ["ansi"]}  # noqa: RUF012  (gymnasium declares it per instance)
 
     def __init__(
         self,
-        env: AsyncEnv,
+        env: Env,
         *,
         max_length: int = 65_536,
         image_shape: tuple[int, int] | None = None,

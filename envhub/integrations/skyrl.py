@@ -1,7 +1,7 @@
 """Any envhub id as a SkyRL-Gym text env (package `skyrl-gym`), made through SkyRL-Gym's own registry.
 
     import skyrl_gym
-    from envhub.adapters import skyrl as envhub_skyrl
+    from envhub.integrations import skyrl as envhub_skyrl
 
     envhub_skyrl.register("arithmetic-v0")
     env = skyrl_gym.make("arithmetic-v0", env_config={}, extras={"seed": 3})
@@ -25,8 +25,9 @@ from skyrl_gym.envs.base_text_env import (  # type: ignore[import-untyped]
     BaseTextEnvStepOutput,
 )
 
-from envhub.adapters.background import make_env, run
 from envhub.messages import Message, refuse_images
+from envhub.registration import make
+from envhub.sync_loop import build, run
 from envhub.text_format import tool_prompt
 
 ENTRY_POINT = f"{__name__}:EnvhubTextEnv"
@@ -64,7 +65,7 @@ class EnvhubTextEnv(BaseTextEnv):  # type: ignore[misc]
             kwargs["max_turns"] = int(extras["max_turns"])
         self.env_id = env_id
         self.seed: int | None = extras.get("seed")
-        self._env = make_env(env_id, kwargs)
+        self._env = build(make, env_id, **kwargs)
         self.max_turns = self._env.max_turns
         self._components: dict[str, float] = {}
 

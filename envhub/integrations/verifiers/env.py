@@ -28,8 +28,8 @@ from envhub.core import (
     parse_action,
 )
 from envhub.core import Env as BaseEnv
-from envhub.formats.verifiers.seat import Channel, PolicySeat
-from envhub.formats.verifiers.toolsets import ServedToolsets
+from envhub.integrations.verifiers.seat import Channel, PolicySeat
+from envhub.integrations.verifiers.toolsets import ServedToolsets
 from envhub.messages import user
 from envhub.tools import ToolSpec
 

@@ -18,11 +18,11 @@ from tokenizers import Tokenizer, models
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
-from envhub.adapters import trl as envhub_trl
+from envhub.integrations import trl as envhub_trl
 from envhub.testing.tiny_model import tiny_chat_model
 from tests.test_docs import ROOT, blocks
 
-THIS = "tests/adapters/test_trl_recipe.py"
+THIS = "tests/integrations/trl/test_trl_recipe.py"
 STEP = re.compile(
     r"^step (?P<step>\d+): reward (?P<reward>\S+), tool calls (?P<calls>\S+), (?P<tokens>\d+) tokens, \d+ s$"
 )

@@ -19,8 +19,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from envhub.gym_adapter import GymnasiumEnv
 from envhub.ids import parse_env_id
+from envhub.integrations.gymnasium.env import GymnasiumEnv, to_gymnasium
 from envhub.registration import make, registry
 
 NAMESPACE = "envhub"
@@ -36,7 +36,7 @@ def make_gymnasium_env(
     **kwargs: Any,
 ) -> GymnasiumEnv:
     """What `gymnasium.make("envhub/<id>", **kwargs)` builds: the envhub env (given kwargs), adapted."""
-    return GymnasiumEnv(
+    return to_gymnasium(
         make(env_id, **kwargs),
         max_length=max_length,
         image_shape=image_shape,
@@ -53,7 +53,7 @@ def gymnasium_id(env_id: str) -> str:
     if parsed.namespace is not None and "." in parsed.namespace:
         raise ValueError(
             f"{env_id!r} has no gymnasium id: gymnasium's namespaces cannot hold a '.'; "
-            f"make it with envhub.make({env_id!r}).to_gymnasium()"
+            f"make it with envhub.integrations.gymnasium.to_gymnasium(envhub.make({env_id!r}))"
         )
     namespace = NAMESPACE if parsed.namespace is None else f"{NAMESPACE}-{parsed.namespace}"
     return f"{namespace}/{parsed._replace(namespace=None)!s}"
@@ -85,7 +85,7 @@ def register_gymnasium_envs() -> list[str]:
         try:
             name = gymnasium_id(env_id)
         except ValueError:
-            continue  # a namespace gymnasium cannot spell; `envhub.make(id).to_gymnasium()` still works
+            continue  # a namespace gymnasium cannot spell; `to_gymnasium(envhub.make(id))` still works
         if name not in gym.registry:
             gym.register(name, entry_point=f"{__name__}:make_gymnasium_env", kwargs={"env_id": env_id})
             added.append(name)

@@ -12,6 +12,7 @@ from gymnasium.utils.env_checker import check_env
 from PIL import Image
 
 import envhub
+from envhub.integrations.gymnasium import to_gymnasium
 from envhub.messages import ImagePart, TextPart
 
 # swe-bench-lite's resets check out a real GitHub repository, which no test machine can reach: it is left
@@ -27,7 +28,7 @@ def gymnasium_complaints(caught: list[warnings.WarningMessage]) -> list[str]:
 
 @pytest.mark.parametrize("env_id", BUILT_IN)
 def test_gymnasium_checker_passes_on_every_built_in_env(env_id: str) -> None:
-    env = envhub.make(env_id).to_gymnasium()
+    env = to_gymnasium(envhub.make(env_id))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check_env(env, skip_render_check=True)
@@ -35,7 +36,7 @@ def test_gymnasium_checker_passes_on_every_built_in_env(env_id: str) -> None:
 
 
 def test_text_actions_with_tool_call_blocks_reach_the_tools() -> None:
-    env = envhub.make("arithmetic").to_gymnasium(render_mode="ansi")
+    env = to_gymnasium(envhub.make("arithmetic"), render_mode="ansi")
     observation, info = env.reset(seed=4)
     assert "What is the result?" in observation
     assert {tool["function"]["name"] for tool in info["tools"]} == {"add", "subtract", "multiply"}
@@ -51,7 +52,7 @@ def test_text_actions_with_tool_call_blocks_reach_the_tools() -> None:
 
 
 def test_broken_tool_call_block_is_answered_not_dropped() -> None:
-    env = envhub.make("arithmetic").to_gymnasium()
+    env = to_gymnasium(envhub.make("arithmetic"))
     env.reset(seed=0)
     observation, *_ = env.step("<tool_call>{not json</tool_call>")
     assert "Error: unknown tool ''" in observation
@@ -71,7 +72,7 @@ class Picture(envhub.SingleTurnEnv):
 
 
 def test_image_observations_are_rgb_arrays_and_pass_the_checker() -> None:
-    env = Picture().to_gymnasium(image_shape=(6, 8))
+    env = to_gymnasium(Picture(), image_shape=(6, 8))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check_env(env, skip_render_check=True)
@@ -90,7 +91,7 @@ def test_adapter_works_inside_a_running_event_loop() -> None:
     import asyncio
 
     async def inside() -> str:
-        env = envhub.make("countdown").to_gymnasium()
+        env = to_gymnasium(envhub.make("countdown"))
         observation, _ = env.reset(seed=1)
         return str(observation)
 
@@ -99,4 +100,4 @@ def test_adapter_works_inside_a_running_event_loop() -> None:
 
 def test_unsupported_render_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="render_mode must be None or 'ansi'"):
-        envhub.make("countdown").to_gymnasium(render_mode="human")
+        to_gymnasium(envhub.make("countdown"), render_mode="human")

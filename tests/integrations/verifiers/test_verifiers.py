@@ -26,7 +26,7 @@ from envhub.tools import ToolSpec
 
 pytestmark = pytest.mark.verifiers  # `make test-verifiers` runs these in the venv that has verifiers
 
-ENVS = Path(__file__).parents[1] / "data" / "verifiers_envs"
+ENVS = Path(__file__).parents[2] / "data" / "verifiers_envs"
 PROBLEMS = [(2, 3), (17, 25), (120, 99), (7, 8)]  # vf_envhub_math's rows, in order
 
 
@@ -195,14 +195,14 @@ def test_judge_without_key_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_env_with_a_model_of_its_own_is_refused() -> None:
     from verifiers.v1.envs.user_sim.env import UserSimEnv
 
-    from envhub.formats.verifiers.env import _check_in_scope
+    from envhub.integrations.verifiers.env import _check_in_scope
 
     with pytest.raises(NotImplementedError, match="model of its own"):
         _check_in_scope(UserSimEnv.__new__(UserSimEnv))
 
 
 def test_import_envhub_does_not_import_verifiers() -> None:
-    code = "import sys, envhub, envhub.formats.verifiers; print('verifiers' in sys.modules)"
+    code = "import sys, envhub, envhub.integrations.verifiers; print('verifiers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -1,1 +1,0 @@
-"""Envs written in other projects' formats, made by id (`openenv:URL`, `verifiers:MODULE`, `harbor:PATH`)."""
