@@ -291,8 +291,7 @@ LAYERS: tuple[Layer, ...] = (
 """The layers, lowest first. A new part gets its row here before its code lands."""
 
 
-KNOWN_UPWARD: tuple[KnownUpward, ...] = (
-)
+KNOWN_UPWARD: tuple[KnownUpward, ...] = ()
 """Imports that break the table today: the worklist of issue 30. Only ever shrinks."""
 
 
