@@ -4,8 +4,9 @@ sandbox on this machine (`local`) or in a container of a Docker image (`docker`)
 SWE (`envs/swe`) and Harbor (`envhub.integrations.harbor`) both play their episodes this way, and what
 they share is here: the two kinds and the check of a chosen one, the image lookup (no registry is
 assumed: a missing image is named with how to load it), opening the sandbox of a kind, copying a host
-folder in as Docker's COPY does, and the `Workspace` that holds the open sandbox and the host folder it
-owns until it closes. What is each one's own stays with it: SWE's conda environments, specs and grader
+folder in as Docker's COPY does, the host side of a local sandbox (the Python it sees, a host folder
+opened to its uid), and the `Workspace` that holds the open sandbox and the host folder it owns until
+it closes. What is each one's own stays with it: SWE's conda environments, specs and grader
 guard; Harbor's task.toml, Dockerfile plan and reward files. The isolation policy (limits, timeouts,
 output caps, binds) is the caller's: each knows what its tasks need.
 """
@@ -26,6 +27,7 @@ from typing import Any, Literal
 import envhub.sandbox
 from envhub.core import InfrastructureError
 from envhub.sandbox.base import Sandbox
+from envhub.sandbox.bwrap import DEFAULT_PATH
 from envhub.sandbox.policy import IsolationPolicy
 from envhub.sandbox.results import SandboxUnavailable
 
@@ -84,6 +86,37 @@ async def open_sandbox(kind: str, policy: IsolationPolicy, *, image: str | None 
             raise ValueError("a docker workspace needs an image")
         return await envhub.sandbox.open("docker", policy=policy, image=image)
     return await envhub.sandbox.open("local", policy=policy)
+
+
+def sandbox_python(version: str | None = None) -> tuple[Path, str]:
+    """The Python a local sandbox runs, from the host's /usr (the first `python{version}` on the
+    sandbox's PATH when `version` is asked and there, else its first python3), and its X.Y."""
+    names = (f"python{version}", "python3") if version else ("python3",)
+    found = next((path for name in names if (path := shutil.which(name, path=DEFAULT_PATH))), None)
+    if found is None:
+        raise SandboxUnavailable(
+            f"the local runtime needs a python3 on the sandbox's PATH ({DEFAULT_PATH}): "
+            "apt-get install python3"
+        )
+    out = subprocess.run(
+        [found, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return Path(found), out.stdout.strip()
+
+
+def open_to_sandbox(root: Path) -> None:
+    """Make a host folder readable, not writable, by the local sandbox's unprivileged uid, which reads
+    it through a read-only bind: `chmod -R a+rX,go-w` without setuid bits; links are left alone."""
+    for path in [root, *root.rglob("*")]:
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode & 0o777
+        execute = 0o111 if path.is_dir() or mode & 0o111 else 0
+        path.chmod((mode | 0o444 | execute) & ~0o022)
 
 
 def _packed(path: Path) -> tuple[bool, bytes, int]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import re
 import shutil
 import subprocess
@@ -38,7 +37,15 @@ from envhub.integrations.harbor.task import HarborTask, HarborTaskError, resolve
 from envhub.sandbox import IsolationPolicy, SandboxUnavailable
 from envhub.sandbox import workspace as shared
 from envhub.sandbox.bwrap import DEFAULT_PATH
-from envhub.sandbox.workspace import WORKSPACE_KINDS, WorkspaceKind, copy_in, open_sandbox, require_image
+from envhub.sandbox.workspace import (
+    WORKSPACE_KINDS,
+    WorkspaceKind,
+    copy_in,
+    open_sandbox,
+    open_to_sandbox,
+    require_image,
+    sandbox_python,
+)
 
 Runtime = WorkspaceKind
 RUNTIMES: tuple[str, ...] = WORKSPACE_KINDS
@@ -213,21 +220,6 @@ def _build(task: HarborTask, tag: str) -> None:
 # -- local ------------------------------------------------------------------------------------------
 
 
-def sandbox_python() -> tuple[str, str]:
-    """The python3 a local sandbox runs (the first on its PATH, from the host's /usr) and its X.Y."""
-    python = shutil.which("python3", path=DEFAULT_PATH)
-    if python is None:
-        raise SandboxUnavailable(f"the local runtime needs a python3 on {DEFAULT_PATH}")
-    out = subprocess.run(
-        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return python, out.stdout.strip()
-
-
 def pip_site(python: str, packages: list[str]) -> Path:
     """A folder holding `packages` installed for `python` (pip's configured indexes, no network assumed
     beyond them), made once per package list and reused; readable by the sandbox's unprivileged uid."""
@@ -262,20 +254,12 @@ def pip_site(python: str, packages: list[str]) -> Path:
         raise HarborTaskError(
             f"`pip install {' '.join(packages)}` for the local runtime failed:\n{result.stderr[-3000:]}"
         )
-    _open_up(building)
+    open_to_sandbox(building)
     try:
         building.rename(site)
     except OSError:  # another process made it first
         shutil.rmtree(building, ignore_errors=True)
     return site
-
-
-def _open_up(root: Path) -> None:
-    """Make a host folder readable (not writable) by the sandbox's uid."""
-    for path in [root, *root.rglob("*")]:
-        if path.is_symlink():
-            continue
-        path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
 
 
 def _replace_tree(source: Path, target: Path) -> None:
@@ -288,7 +272,7 @@ def _replace_tree(source: Path, target: Path) -> None:
         else:
             entry.unlink()
     shutil.copytree(source, target, symlinks=False, dirs_exist_ok=True)
-    _open_up(target)
+    open_to_sandbox(target)
     (target / "test.sh").chmod(0o755)
 
 
@@ -314,7 +298,8 @@ def plan_local(task: HarborTask) -> tuple[LocalPlan, str]:
             f"{task.path}: [environment].docker_image names a prebuilt image; only runtime='docker' runs it"
         )
     plan = local_plan(task.dockerfile)
-    python, version = sandbox_python()
+    found, version = sandbox_python()
+    python = str(found)
     if plan.python is not None and plan.python != version:
         raise LocalRefused(
             f"{task.dockerfile} asks for Python {plan.python}; the local runtime runs this machine's "

@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
-from envhub.sandbox.workspace import image_present
+from envhub.sandbox.workspace import image_present, open_to_sandbox
 from envhub_swe.data import Instance
 from envhub_swe.patches import TEST_INFRA, MalformedPatch, parse_patch
 from envhub_swe.pythons import Interpreter, NoInterpreter, choose, probe, sandbox_binds, traversable
@@ -317,7 +317,7 @@ def _build(
     rebased = rebase_paths(venv, repo, TESTBED)
     _keep_only_tags_before(repo)  # no branch or tag may lead to the fix (the set-up may have made some)
     _git(repo, "reflog", "expire", "--expire=now", "--all")
-    _open_for_sandbox(venv)
+    open_to_sandbox(venv)
     return Workspace(
         instance_id=instance.instance_id,
         base_commit=instance.base_commit,
@@ -493,11 +493,6 @@ def _make_environment(
     for name in ("python", "python3"):
         if not (env / "bin" / name).exists():
             (env / "bin" / name).symlink_to(python.name)
-
-
-def _open_for_sandbox(venv: Path) -> None:
-    """Make the venv readable by the sandbox's uid (pip honours a umask that may close it)."""
-    subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
 
 
 # -- using a prepared workspace ----------------------------------------------------------------------

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import envhub.sandbox
 from envhub.sandbox import IsolationPolicy, Sandbox, SandboxUnavailable
-from envhub.sandbox.workspace import WorkspaceKind, copy_in, open_sandbox
+from envhub.sandbox.workspace import WorkspaceKind, copy_in, open_sandbox, open_to_sandbox, sandbox_python
 from envhub_swe.canaries import Canaries, candidates, command_with, plan, to_read
 from envhub_swe.data import MINI_DATA, Instance
 from envhub_swe.evaluation import END, START, EvalSteps, GradeReport, adapt_eval_script, grade_log
@@ -201,14 +201,9 @@ def mini_workspace(instance: Instance) -> Path:
 
 
 def _sandbox_python() -> Path:
-    """An interpreter under /usr: the only one the local sandbox can see."""
-    for candidate in (
-        f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}",
-        "/usr/bin/python3",
-    ):
-        if Path(candidate).exists():
-            return Path(candidate)
-    raise SandboxUnavailable("the local runtime needs a Python under /usr (apt-get install python3)")
+    """The local sandbox's Python of envhub's own X.Y, else its python3: swe-mini's venv takes pytest
+    from this environment, which must match it."""
+    return sandbox_python(f"{sys.version_info.major}.{sys.version_info.minor}")[0]
 
 
 def _with_dependencies(names: tuple[str, ...]) -> list[metadata.Distribution]:
@@ -258,9 +253,7 @@ def mini_python_env() -> Path:
         f"#!{dest}/bin/python\nimport sys\nfrom pytest import console_main\nsys.exit(console_main())\n"
     )
     (tmp / "bin" / "pytest").chmod(0o755)
-    for path in tmp.rglob("*"):
-        path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
-    tmp.chmod(0o755)
+    open_to_sandbox(tmp)
     (tmp / ".complete").touch()
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
