@@ -18,12 +18,13 @@ import shutil
 import time
 from pathlib import Path
 
-from envhub_trainer.config import TrainConfig
+from envhub_trainer.config import TRAIN_RETRIES, TrainConfig
 from envhub_trainer.grpo import train
 from envhub_trainer.models import smollm2_dir
 from envhub_trainer.plots import plot_run, read_rows
 
 import envhub
+from envhub.rollout import RolloutLimits
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,7 +70,7 @@ def main() -> None:
         eval_every=5,
         eval_tasks=32,
         checkpoint_every=0,
-        concurrency=32,
+        limits=RolloutLimits(concurrency=32, retries=TRAIN_RETRIES),
         generation_batch_size=32,
         engine=args.engine,
         tensorboard=False,

@@ -155,9 +155,11 @@ def step_peak_gib() -> float:
 def run_envhub(args: argparse.Namespace) -> dict[str, Any]:
     """Our trainer with `engine: vllm`, configured as the module docstring says."""
     from envhub_trainer import grpo
-    from envhub_trainer.config import TrainConfig
+    from envhub_trainer.config import TRAIN_RETRIES, TrainConfig
     from envhub_trainer.grpo import train
     from envhub_trainer.loss import LossConfig
+
+    from envhub.rollout import RolloutLimits
 
     envhub.register(ENV_ID, Larger, override=True)
     run_dir = Path(tempfile.mkdtemp(prefix="envhub-vs-trl-"))
@@ -178,7 +180,7 @@ def run_envhub(args: argparse.Namespace) -> dict[str, Any]:
         temperature=1.0,
         engine="vllm",
         generation_batch_size=PROMPTS * GROUP_SIZE,  # the whole step in one vLLM call, as TRL does
-        concurrency=PROMPTS * GROUP_SIZE,
+        limits=RolloutLimits(concurrency=PROMPTS * GROUP_SIZE, retries=TRAIN_RETRIES),
         loss=LossConfig(
             scale="batch",
             eps_low=EPS_LOW,
