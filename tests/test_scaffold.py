@@ -20,6 +20,7 @@ EXPECTED_FILES = {
     "pyproject.toml",
     "README.md",
     "envhub_word_reverse/__init__.py",
+    "envhub_word_reverse/listing.py",
     "tests/test_env.py",
 }
 
@@ -77,6 +78,20 @@ def test_generated_package_installs_and_passes_its_own_test(tmp_path: Path) -> N
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "4 passed" in result.stdout, result.stdout
+    card = subprocess.run(  # its catalog is found by entry point, as registry.yaml's generator finds it
+        [
+            sys.executable,
+            "-c",
+            "from envhub.index import plugin_catalog; "
+            "print(plugin_catalog('envhub-word-reverse').envs['word-reverse'].model_dump_json())",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(site)},
+        timeout=120,
+    )
+    assert card.returncode == 0, card.stderr
+    assert json.loads(card.stdout)["default_sandbox"] == "none"
 
 
 def pip(python: Path, *args: str) -> subprocess.CompletedProcess[str]:

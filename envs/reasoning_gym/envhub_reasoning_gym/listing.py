@@ -1,5 +1,5 @@
 """This package's entry in the hub's index (registry.yaml, written from it by
-`python -m envhub.index --write`): what each of its ids is, and which sandbox it runs its code in."""
+`python -m envhub.registry_yaml --write`): what each of its ids is, and which sandbox it runs its code in."""
 
 from envhub.index import Catalog, CollectionCard
 
