@@ -20,7 +20,7 @@ from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
 from envhub.integrations import trl as envhub_trl
 from envhub.testing.tiny_model import tiny_chat_model
-from tests.test_docs import ROOT, blocks
+from tests.architecture.test_docs import ROOT, blocks
 
 THIS = "tests/integrations/trl/test_trl_recipe.py"
 STEP = re.compile(

@@ -21,7 +21,7 @@ import pytest
 
 from envhub.scaffold import plugin_names, render
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NOT_RUN = re.compile(r"^<!-- not run: (?P<reason>\S.*\S) -->$")
 EXCERPT = re.compile(r"^# (?P<path>[\w./-]+\.py)$")
