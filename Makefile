@@ -60,7 +60,7 @@ lint: install
 	$(VENV)/bin/mypy trainer  # separately: its tests' conftest would clash with envs/swe's as a module name
 	$(VENV)/bin/mypy conftest.py  # the suite's skip policy; separately, for the same reason
 
-# registry.yaml, written from the installed plugins' catalogs (tests/test_registry_yaml.py checks it).
+# registry.yaml, written from the installed plugins' catalogs (tests/registry/test_registry_yaml.py checks it).
 registry: install
 	$(PY) -m envhub.registry_yaml --write
 

@@ -6,7 +6,8 @@ package to install, and `envhub list` can show the whole hub. It is no second so
 package declares its ids' catalog data (description, sandbox, data source, tags, or the outside
 collection it brings) in a `Catalog`, named by its `envhub.catalog` entry point, and the file is that
 data for the hub's own packages (the projects under `envs/`), with each id's package, entry point and
-versions read from the installed distributions. tests/test_registry.py fails when they differ.
+versions read from the installed distributions. tests/registry/test_registry_yaml.py fails when they
+differ.
 """
 
 from __future__ import annotations

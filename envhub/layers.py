@@ -1,8 +1,8 @@
 """The floor plan of envhub, as data: every part of envhub, the plugins and the trainer, in layers.
 
-`tests/test_import_graph.py` reads every import of every module (lazy and `TYPE_CHECKING` ones included)
-and checks it against this table, and docs/architecture.md's layer table is rendered from it
-(`python -m envhub.layers --write`), so the plan the docs show is the plan the code obeys.
+`tests/architecture/test_import_graph.py` reads every import of every module (lazy and `TYPE_CHECKING`
+ones included) and checks it against this table, and docs/architecture.md's layer table is rendered
+from it (`python -m envhub.layers --write`), so the plan the docs show is the plan the code obeys.
 
 The rules, for a module of a part in layer L importing a module of a part in layer M:
 

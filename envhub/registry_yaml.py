@@ -4,7 +4,7 @@ registry.yaml is no second source beside the plugins: each row is a package's ow
 `envhub.catalog` entry point, `envhub.index.Catalog`) joined with the package's `envhub.envs` entry
 points, which give each id's package, entry point and versions. The hub's own packages are the projects
 under `envs/`, so a third-party plugin installed beside them never lands in the file.
-tests/test_registry.py fails when the file differs from what this writes.
+tests/registry/test_registry_yaml.py fails when the file differs from what this writes.
 """
 
 from __future__ import annotations

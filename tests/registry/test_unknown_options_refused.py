@@ -21,7 +21,7 @@ from envhub.core import UnknownOptionError
 from envhub.integrations.gymnasium import to_gymnasium
 from tests.envhub_testkit.processes import interrupt
 
-HARBOR_TASK = Path(__file__).parent / "data" / "harbor_tasks" / "hello-json"
+HARBOR_TASK = Path(__file__).parents[1] / "data" / "harbor_tasks" / "hello-json"
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import envhub
 from envhub.index import load_index
 from envhub.registration import Registry
 
-INDEX = load_index(Path(__file__).parents[1] / "registry.yaml")
+INDEX = load_index(Path(__file__).parents[2] / "registry.yaml")
 
 
 class Tiny(envhub.SingleTurnEnv):

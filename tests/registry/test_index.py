@@ -23,7 +23,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_the_hubs_own_index_is_valid() -> None:
-    index = load_index(Path(__file__).parents[1] / "registry.yaml")
+    index = load_index(Path(__file__).parents[2] / "registry.yaml")
     assert "arithmetic-v0" in index.ids()
 
 

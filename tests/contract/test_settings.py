@@ -12,7 +12,7 @@ import pytest
 from envhub.sandbox.slots import SlotPool
 from envhub.settings import DOC, Settings, SettingsError, render, settings, variable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [ROOT / "envhub", *ROOT.glob("envs/*/envhub_*"), ROOT / "trainer" / "envhub_trainer"]
 
 
