@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SUITES=(tests/sandbox tests/test_rollout.py tests/test_resume_cli.py tests/test_runner_limits.py
+SUITES=(tests/sandbox tests/test_rollout.py tests/cli/test_rollout_resume_after_kill.py tests/test_runner_limits.py
         tests/test_fault_sandbox.py tests/test_replay.py)
 WORK="$(mktemp -d /tmp/envhub-shared-host.XXXXXX)"  # each run's own pytest folder and log
 hogs=()

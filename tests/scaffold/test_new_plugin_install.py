@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from envhub.cli import app
 from envhub.scaffold import core_source
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_hint_installs_the_core_from_where_this_one_came() -> None:

@@ -15,7 +15,7 @@ import envhub
 from envhub.cli import app
 from envhub.scaffold import ScaffoldError, create_plugin, plugin_names
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXPECTED_FILES = {
     "pyproject.toml",
     "README.md",

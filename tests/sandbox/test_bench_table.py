@@ -1,0 +1,25 @@
+"""`envhub bench sandbox`'s table (`envhub.sandbox.bench.to_table`) stays readable on an 80-column
+terminal (issue 16.8): one line per metric, and what each measures in full under the table."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from envhub.sandbox.bench import Row, to_table
+
+
+def test_the_sandbox_benchmark_table_is_readable_at_80_columns() -> None:
+    rows = [
+        Row("cold start", "cold start + `python -c pass` + close, p50", "ms", {}),
+        Row("worker call", "persistent worker `run('pass')` round trip, p50", "ms", {}),
+        Row("create+close", "sandboxes created + closed per second, 2 workers", "/s", {}),
+    ]
+    for row, value in zip(rows, (1234.56, 0.42, 98.7), strict=True):
+        row.values = {"subprocess": value, "local": value * 3, "docker": value * 40}
+    console = Console(width=80, record=True)
+    console.print(to_table(rows))
+    lines = console.export_text().splitlines()
+    for row in rows:
+        (line,) = [line for line in lines if line.startswith(f"│ {row.name}")]  # one line per metric
+        assert all(f"{v:.2f}" in line for v in row.values.values()) and "3.00x" in line
+        assert f"{row.name}: {row.metric}" in lines  # what it measures, in full, under the table
