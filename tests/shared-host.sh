@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-SUITES=(tests/sandbox tests/test_rollout.py tests/cli/test_rollout_resume_after_kill.py tests/test_runner_limits.py
-        tests/test_fault_sandbox.py tests/test_replay.py)
+SUITES=(tests/sandbox tests/rollout/test_runner.py tests/rollout/test_runner_limits.py
+        tests/rollout/test_sandbox_death.py tests/cli/test_rollout_resume_after_kill.py tests/record/test_replay.py)
 WORK="$(mktemp -d /tmp/envhub-shared-host.XXXXXX)"  # each run's own pytest folder and log
 hogs=()
 trap 'if ((${#hogs[@]})); then kill "${hogs[@]}" 2>/dev/null || true; fi' EXIT

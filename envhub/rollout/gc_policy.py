@@ -23,7 +23,8 @@ CPU, time in which no turn could finish (benchmarks/concurrency.py; docs/benchma
   are still freed, later.
 
 The hot path of a model-driven episode (runner, OpenAI policy, HTTP client) makes no reference cycles
-per turn (tests/test_concurrency.py checks it), so nothing accumulates for want of a full collection.
+per turn (tests/rollout/test_concurrency.py checks it), so nothing accumulates for want of a full
+collection.
 On exit the thresholds are restored and what was frozen is unfrozen (collected as usual from then on).
 The collector's settings belong to the whole process: nested or concurrent batches share one policy
 (the outermost sets it and restores it), and a process that froze objects itself before the batch (a

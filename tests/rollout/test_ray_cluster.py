@@ -34,7 +34,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs Ray: pip install 
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEAD = NodeSpec("head", cpus=1, resources={"gpu-like": 1})
 WORKERS = [
     NodeSpec("a", cpus=2, resources={"sandbox": 4, "browser": 1}),

@@ -199,8 +199,8 @@ SCRIPT: list[Message | str] = [call("echo", "c1", word="a"), call("echo", "c2", 
 @pytest.fixture
 def echo_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     envhub.register(ECHO_ID, Echo, override=True)
-    monkeypatch.setattr("tests.test_replay.GRADER", dict(GRADER))
-    monkeypatch.setattr("tests.test_replay.BEHAVIOUR", dict(BEHAVIOUR))
+    monkeypatch.setattr("tests.record.test_replay.GRADER", dict(GRADER))
+    monkeypatch.setattr("tests.record.test_replay.BEHAVIOUR", dict(BEHAVIOUR))
     run = tmp_path / "run"
     episodes = record(ECHO_ID, ScriptedPolicy(SCRIPT), run, tasks=2)
     assert [e.reward for e in episodes] == [1.0, 1.0]

@@ -27,7 +27,7 @@ from envhub.records import Episode
 from envhub.rollout import RolloutLimits, run_batch
 from envhub.rollout.gc_policy import MIDDLE, OLD, YOUNG, batch_gc
 
-SERVER = Path(__file__).parents[1] / "benchmarks" / "concurrency.py"
+SERVER = Path(__file__).parents[2] / "benchmarks" / "concurrency.py"
 
 
 @pytest.fixture(scope="module")
