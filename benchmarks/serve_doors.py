@@ -3,7 +3,7 @@
     python benchmarks/serve_doors.py [--frames 4] [--idle 150] [--half 100] [--sockets 20] [--hold 20]
     python benchmarks/serve_doors.py --server-path /tmp/before   # a server from another checkout's envhub/
 
-The attack of tests/test_serve_doors.py, larger and measured: `envhub serve guess-number --token T
+The attack of tests/serve/test_doors.py, larger and measured: `envhub serve guess-number --token T
 --max-sessions 2` (no other option, so that a server from before the doors runs it too) with a
 descriptor limit of 256; from 127.0.0.2, `--frames` websockets each sending a 60 MiB first frame without
 the token, `--idle` idle sockets, `--half` half-sent request headers, `--sockets` unauthenticated
@@ -27,7 +27,7 @@ import time
 from envhub.core import InfrastructureError
 from envhub.serve.client import RemoteEnv
 from tests.envhub_testkit.processes import interrupt
-from tests.test_serve_doors import Attack, limited_descriptors, memory
+from tests.serve.test_doors import Attack, limited_descriptors, memory
 
 TOKEN = "s3cret"
 

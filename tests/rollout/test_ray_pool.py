@@ -34,7 +34,7 @@ from envhub.rollout.ray_backend import KEPT
 from envhub.store import read_episodes
 from envhub.tools import ToolSpec
 from tests.envhub_testkit.processes import ray_actor_pids
-from tests.test_serve import TOKEN, Server, metrics
+from tests.serve.test_serve import TOKEN, Server, metrics
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs Ray: pip install 'envhub-core[ray]'")
 

@@ -33,7 +33,7 @@ from envhub.core import parse_action, recorded_action
 from envhub.integrations.openenv.env import TOKEN_ENV
 from envhub.policies import OraclePolicy
 from tests.envhub_testkit.processes import interrupt
-from tests.test_serve import TOKEN, Server
+from tests.serve.test_serve import TOKEN, Server
 
 
 class EnvhubServe:

@@ -35,7 +35,7 @@ ADD = ToolSpec(
     parameters={"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
 )
 SETTINGS = {"name": "openai", "model": "Qwen/Qwen2.5-0.5B-Instruct", "temperature": 0.7, "top_p": 0.9}
-V1_BATCH = Path(__file__).parent / "data" / "store-v1"
+V1_BATCH = Path(__file__).parents[1] / "data" / "store-v1"
 """A folder written by the store of schema version 1 (before this layout): episodes 1 and 0 in one
 shard (in the order they finished), episode 3 left in its journal as by `kill -9`; 5 requested."""
 

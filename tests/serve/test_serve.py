@@ -344,7 +344,7 @@ def test_a_server_killed_mid_batch_leaves_errors_that_a_resume_plays_again(tmp_p
 
 def test_metrics_shows_every_documented_field_zeros_included() -> None:
     """docs/integrations.md's list of /metrics fields is what a fresh server shows, every counter at 0."""
-    docs = (Path(__file__).parents[1] / "docs" / "integrations.md").read_text()
+    docs = (Path(__file__).parents[2] / "docs" / "integrations.md").read_text()
     section = docs.split("- `GET /metrics`")[1].split("\n## ")[0]
     counters = re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE)
     fields = re.findall(r"`(\w+)`", section.split("\n\n")[0])

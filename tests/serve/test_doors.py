@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from envhub.serve.client import RemoteEnv
-from tests.test_serve import TOKEN, Server
+from tests.serve.test_serve import TOKEN, Server
 
 HOSTILE = "127.0.0.2"
 OPEN_BOUND = 30.0

@@ -28,7 +28,7 @@ from envhub.store import SCHEMA_VERSION, BatchSpec, BatchStore, export_trl, load
 from envhub.testing.tiny_model import tiny_chat_model
 from envhub.tools import ToolSpec
 
-V2_BATCH = Path(__file__).parent / "data" / "store-v2"
+V2_BATCH = Path(__file__).parents[1] / "data" / "store-v2"
 """A folder written by the store of schema version 2 (arguments and parameters as JSON text): episode 0
 calls add with `{"a": 1, "b": 2}`, episode 1 with the malformed `{"a": 1, "b":`; 3 requested."""
 
