@@ -144,7 +144,7 @@ async def local_vs_ray(env_id: str, episodes: int, concurrency: int) -> tuple[fl
     import ray
 
     from envhub.policies import OraclePolicy
-    from envhub.rollout.ray_backend import run_batch_ray
+    from envhub.rollout.ray_runner import run_batch_ray
 
     limits = RolloutLimits(concurrency=concurrency)
     started = time.perf_counter()

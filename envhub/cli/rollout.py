@@ -34,7 +34,7 @@ from envhub.rollout import (
     summary_table,
 )
 from envhub.rollout import rollout as batch_rollout
-from envhub.rollout.ray_backend import PolicyFactory, RayWorkerLost
+from envhub.rollout.ray_runner import PolicyFactory, RayWorkerLost
 from envhub.store import Manifest, load_manifest, read_episodes
 
 DEFAULT_POLICY = "oracle"

@@ -1,7 +1,7 @@
 """Running episodes in batch and summarising them; `rollout()` is the entry point for every caller."""
 
 from envhub.rollout.batch import RolloutResult, error_rate_problem, failed, fresh_run_dir, rollout
-from envhub.rollout.ray_backend import RayEpisodePool
+from envhub.rollout.ray_runner import RayEpisodePool
 from envhub.rollout.runner import (
     BatchResult,
     EpisodeRef,

@@ -21,7 +21,7 @@ from envhub.records import RETRYABLE, Episode, episode_id
 from envhub.registration import registry
 from envhub.rollout.gc_policy import batch_gc
 from envhub.rollout.kwargs import check_env_kwargs
-from envhub.rollout.ray_backend import PolicyFactory, RayEpisodePool, ray_address, run_batch_ray
+from envhub.rollout.ray_runner import PolicyFactory, RayEpisodePool, ray_address, run_batch_ray
 from envhub.rollout.runner import BatchResult, EpisodeRef, RolloutLimits, plan, run_batch
 from envhub.store import BatchSpec, BatchStore, read_episodes
 

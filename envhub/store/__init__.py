@@ -1,8 +1,8 @@
 """Episode storage: a folder that is a Parquet dataset, with a journal, a manifest, and resume."""
 
 from envhub.records import episode_id
-from envhub.store.batch import BatchExistsError, BatchMismatchError, BatchStore
 from envhub.store.batch_spec import BatchSpec
+from envhub.store.batch_store import BatchExistsError, BatchMismatchError, BatchStore
 from envhub.store.export import export_trl
 from envhub.store.manifest import MANIFEST, STATE_DIR, Manifest, load_manifest, manifest_path
 from envhub.store.reader import load_table, read_episodes, to_hf_dataset, to_pandas

@@ -18,7 +18,7 @@ from envhub.lock.lockfile import current
 from envhub.policies import OraclePolicy
 from envhub.registration import registry, sandbox_kind
 from envhub.rollout import RolloutLimits, run_batch
-from envhub.rollout.ray_backend import _sandbox_of
+from envhub.rollout.ray_runner import _sandbox_of
 
 
 class Boxed(envhub.SingleTurnEnv):
@@ -83,7 +83,7 @@ async def test_a_third_party_registration_declares_its_sandbox(boxed: type[Boxed
     assert boxed.most == 1
 
 
-def test_the_ray_backend_and_the_lock_read_the_same_rule(boxed: type[Boxed]) -> None:
+def test_the_ray_runner_and_the_lock_read_the_same_rule(boxed: type[Boxed]) -> None:
     assert _sandbox_of("r30-thirdparty/boxed-v0", {}) == "docker"
     assert _sandbox_of("r30-plain/boxed-v0", {"backend": "docker"}) == "docker"
     assert _sandbox_of("r30-thirdparty/boxed-v0", {"backend": "none"}) == "none"

@@ -30,7 +30,7 @@ from envhub.messages import Message
 from envhub.policies import Policy, load_policy
 from envhub.records import Episode
 from envhub.rollout import RayEpisodePool, RolloutLimits, plan, rollout
-from envhub.rollout.ray_backend import KEPT
+from envhub.rollout.ray_runner import KEPT
 from envhub.store import read_episodes
 from envhub.tools import ToolSpec
 from tests.envhub_testkit.processes import ray_actor_pids
@@ -256,7 +256,7 @@ async def test_an_actor_ray_restarted_is_replaced_before_the_next_batch(
     assert len(second) == 2 and second & first == {survivor}, "the restarted actor must be replaced"
 
 
-async def test_a_remote_id_plays_on_the_ray_backend_as_it_does_locally(
+async def test_a_remote_id_plays_on_the_ray_runner_as_it_does_locally(
     local_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`ws://host:port/ID` unchanged, on Ray actors: the same stored episodes as the local backend, the

@@ -25,7 +25,7 @@ from envhub.store import (
     load_manifest,
     read_episodes,
 )
-from envhub.store.batch import HELD_SHARDS
+from envhub.store.batch_store import HELD_SHARDS
 from envhub.tools import ToolSpec
 
 SPEC = BatchSpec(env_id="arithmetic-v0", env_kwargs={"digits": 3}, policy="openai:http://x/v1#m", seed=0)

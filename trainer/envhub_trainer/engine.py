@@ -17,7 +17,7 @@ import torch
 
 from envhub.policies.base import Policy
 from envhub.policies.hf import TransformersPolicy
-from envhub.rollout.ray_backend import PolicyFactory, RayEpisodePool
+from envhub.rollout.ray_runner import PolicyFactory, RayEpisodePool
 
 
 def weights_checksum(state: dict[str, torch.Tensor]) -> str:

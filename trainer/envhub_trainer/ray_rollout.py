@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 from envhub.core import Action, Env
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy
-from envhub.rollout.ray_backend import PolicyFactory, RayEpisodePool, RayWorkerLost, init_ray
+from envhub.rollout.ray_runner import PolicyFactory, RayEpisodePool, RayWorkerLost, init_ray
 from envhub.tools import ToolSpec
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.remote_policy import RemotePlayer

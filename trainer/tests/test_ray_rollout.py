@@ -33,7 +33,7 @@ from envhub_trainer.grpo import train
 from transformers import AutoModelForCausalLM
 
 import envhub
-from envhub.rollout.ray_backend import RayWorkerLost
+from envhub.rollout.ray_runner import RayWorkerLost
 from envhub.store import read_episodes
 from tests.envhub_testkit.processes import ray_actor_pids
 

@@ -18,7 +18,7 @@ import pytest
 from envhub.policies import OraclePolicy, load_policy
 from envhub.records import Episode
 from envhub.rollout import RolloutLimits, plan, rollout, run_batch
-from envhub.rollout.ray_backend import ACTOR_RESTARTS, RayWorkerLost, run_batch_ray
+from envhub.rollout.ray_runner import ACTOR_RESTARTS, RayWorkerLost, run_batch_ray
 from envhub.store import read_episodes
 from tests.envhub_testkit.processes import ray_actor_pids
 
@@ -179,7 +179,7 @@ async def test_a_worker_that_keeps_dying_stops_the_batch_with_a_clear_error(loca
     assert len({e.episode_id for e in seen}) == len(seen) < 1000
 
 
-def test_cli_ray_backend_writes_the_same_batch_as_the_local_backend(tmp_path: Path) -> None:
+def test_cli_ray_runner_writes_the_same_batch_as_the_local_backend(tmp_path: Path) -> None:
     """The real command, which starts (and stops) its own local Ray instance."""
     batches = {}
     for backend in ("local", "ray"):
@@ -207,7 +207,7 @@ def test_cli_rejects_an_unknown_backend(tmp_path: Path) -> None:
 def test_joining_a_cluster_retries_only_ray_client_s_server_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ray Client's proxier can lose the server it starts for a client (a zombie under load): that is
     joined again; any other connection error is raised at once."""
-    from envhub.rollout import ray_backend
+    from envhub.rollout import ray_runner
 
     calls: list[str] = []
 
@@ -218,8 +218,8 @@ def test_joining_a_cluster_retries_only_ray_client_s_server_start(monkeypatch: p
 
     monkeypatch.setattr(ray, "init", flaky_init)
     monkeypatch.setattr(ray, "shutdown", lambda: None)
-    monkeypatch.setattr("envhub.rollout.ray_backend.time.sleep", lambda _: None)
-    ray_backend.init_ray("ray://127.0.0.1:1")
+    monkeypatch.setattr("envhub.rollout.ray_runner.time.sleep", lambda _: None)
+    ray_runner.init_ray("ray://127.0.0.1:1")
     assert calls == ["ray://127.0.0.1:1"] * 2
 
     def refused(address: str, **_: object) -> None:
@@ -227,4 +227,4 @@ def test_joining_a_cluster_retries_only_ray_client_s_server_start(monkeypatch: p
 
     monkeypatch.setattr(ray, "init", refused)
     with pytest.raises(ConnectionRefusedError):
-        ray_backend.init_ray("ray://127.0.0.1:1")
+        ray_runner.init_ray("ray://127.0.0.1:1")
