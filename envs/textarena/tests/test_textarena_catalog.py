@@ -20,7 +20,8 @@ def test_entry_points_and_textarenas_own_registry_agree() -> None:
 
     assert metadata.version("textarena") == TEXTARENA_VERSION
     assert {g.textarena_id for g in GAMES} == {i for i in ENV_REGISTRY if not wrapper_variant(i)}
-    declared = {ep.name for ep in metadata.distribution("envhub-textarena").entry_points}
+    envs = metadata.distribution("envhub-textarena").entry_points.select(group="envhub.envs")
+    declared = {ep.name for ep in envs}
     assert declared == {g.env_id for g in GAMES}
 
 
