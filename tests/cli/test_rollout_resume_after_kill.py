@@ -36,6 +36,16 @@ def _no_rollout_outlives_its_test() -> Iterator[None]:
             process.wait(timeout=30)
 
 
+def as_from_a_terminal() -> None:
+    """SIGINT at its default in the rollout, as a shell gives a command it runs in the foreground.
+
+    A test run started in the background by a non-interactive shell (`make test &`, a CI wrapper) inherits
+    SIGINT ignored, and POSIX keeps an ignored signal ignored across exec: Python then installs no
+    KeyboardInterrupt handler, and the rollout rightly ignores the test's Ctrl-C. That was the "hang"
+    this test showed twice in clean-clone runs (and never in the foreground)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def rollout(out: Path, site: Path, *extra: str) -> subprocess.Popen[str]:
     release = out.parent / "release"
     command = [
@@ -45,7 +55,14 @@ def rollout(out: Path, site: Path, *extra: str) -> subprocess.Popen[str]:
     ]  # fmt: skip
     # PYTHONFAULTHANDLER: a hung rollout, aborted by finish(), prints every thread's stack
     env = {**os.environ, "PYTHONPATH": str(site), "COLUMNS": "120", "PYTHONFAULTHANDLER": "1"}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=as_from_a_terminal,
+    )
     _STARTED.append(process)
     return process
 
