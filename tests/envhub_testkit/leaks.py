@@ -61,3 +61,31 @@ def sandbox_footprint() -> dict[str, object]:
         in_cgroups += [pid for pid in Path(procs).read_text().split() if int(pid) in below]
     mounts = [line for line in Path("/proc/self/mounts").read_text().splitlines() if mine in line]
     return {"scratch": scratch, "slot_procs": slot_procs, "cgroup_procs": in_cgroups, "mounts": mounts}
+
+
+def reap_adopted_zombies() -> list[int]:
+    """Reap the dead sandbox processes this process adopted from a child that was killed.
+
+    A process that opened a local sandbox is a child subreaper (`envhub.sandbox.libc.become_subreaper`),
+    and envhub reaps exactly the inits its own sandboxes report. When a test kills a child that had
+    sandboxes of its own (a Ray node, an owner process), that child's sandbox processes are orphaned to
+    this process, where they stay as zombies no one waits for: not leaks of a later test, but left here
+    they would read as one in its footprint. The test that killed their parent reaps them."""
+    reaped = []
+    config = settings()
+    for pid in descendants():
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            uid = Path(f"/proc/{pid}").stat().st_uid
+        except FileNotFoundError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        state, ppid = fields[0], int(fields[1])
+        in_slot = config.sandbox_uid_base <= uid < config.sandbox_uid_base + config.sandbox_max_slots
+        if state == "Z" and ppid == os.getpid() and in_slot:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    reaped.append(pid)
+            except ChildProcessError:
+                continue
+    return reaped

@@ -27,10 +27,20 @@ from envhub.policies import load_policy
 from envhub.records import Episode
 from envhub.rollout import RayEpisodePool, RolloutLimits, plan, rollout
 from envhub.store import read_episodes
+from tests.envhub_testkit.leaks import reap_adopted_zombies
 from tests.envhub_testkit.processes import ray_actor_pids
 from tests.envhub_testkit.ray_cluster import NodeSpec, RayCluster, ray_cluster
 
 ray = pytest.importorskip("ray", reason="the Ray backend needs Ray: pip install 'envhub-core[ray]'")
+
+
+@pytest.fixture(autouse=True)
+def _reap_the_killed_nodes_sandboxes() -> Iterator[None]:
+    """A node these tests kill leaves its sandboxes' dead inits to this process (a subreaper): reap them,
+    or the next sandbox test's leak check sees them vanish."""
+    yield
+    reap_adopted_zombies()
+
 
 pytestmark = pytest.mark.slow
 
