@@ -187,6 +187,10 @@ class Desktop:
                 return
             if time.monotonic() > deadline:
                 log = await self._log("apps.log")
+                every = await self.sb.exec(
+                    "for w in $(xdotool search --name .); do xdotool getwindowname $w; done", timeout=10
+                )
+                log += f"; windows, mapped or not: {every.stdout.strip()!r}"
                 raise InfrastructureError(
                     f"no window titled like {window!r} appeared in {within:g} s; the apps' log ends: {log!r}"
                 )
