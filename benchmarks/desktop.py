@@ -1,0 +1,113 @@
+"""Desktop benchmark: a fresh desktop against a reset with a spare ready, one step, two screenshot routes.
+
+python benchmarks/desktop.py [--runs N] [--steps N]
+
+- fresh: what a reset costs with no spare: sandbox + Xvfb + openbox + the app's window, per app.
+- spare: `DesktopEnv` reset when the previous episode's background start has finished: files + the app.
+- step: one tool call (a key press) and the observation after it (window list + PNG screenshot),
+  with the env's settle pause (0.2 s by default) reported apart.
+- screenshot routes: the host reading Xvfb's -fbdir XWD file and encoding PNG, against running
+  `xwd` in the sandbox (then reading its file), against `xwd | xwdtopnm | pnmtopng` in the sandbox.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import time
+
+from envhub_desktop.actions import Keys
+from envhub_desktop.desktop import Desktop
+from envhub_desktop.env import DesktopEnv
+from envhub_desktop.tasks import TASKS
+
+from envhub.messages import Message, ToolCall
+
+
+def summary(values: list[float]) -> str:
+    ordered = sorted(values)
+    middle, top = statistics.median(ordered) * 1000, ordered[-1] * 1000
+    return f"median {middle:7.1f} ms  max {top:7.1f} ms  (n={len(ordered)})"
+
+
+async def fresh(task: str, runs: int) -> list[float]:
+    times = []
+    for seed in range(runs):
+        episode = TASKS[task].build(random.Random(seed))
+        begun = time.monotonic()
+        desktop = await Desktop().start()
+        try:
+            for path, content in episode.files.items():
+                await desktop.sb.write_file(path, content)
+            await desktop.launch(episode.app, window=episode.window, within=90)
+            times.append(time.monotonic() - begun)
+        finally:
+            await desktop.close()
+    return times
+
+
+async def with_spare(task: str, runs: int, steps: int) -> tuple[list[float], list[float]]:
+    env = DesktopEnv(task=task, spare=True, settle=0.0)
+    resets, step_times = [], []
+    try:
+        await env.reset(seed=0)
+        for seed in range(1, runs + 1):
+            assert env._next is not None
+            await asyncio.wait([env._next])  # the spare is ready, as after an episode of a few turns
+            begun = time.monotonic()
+            await env.reset(seed=seed)
+            resets.append(time.monotonic() - begun)
+            assert env.used_spare
+            for i in range(steps):
+                action = Message(
+                    role="assistant", tool_calls=[ToolCall.create("key", {"keys": "Right"}, id=f"c{i}")]
+                )
+                begun = time.monotonic()
+                await env.step(action)
+                step_times.append(time.monotonic() - begun)
+    finally:
+        await env.close()
+    return resets, step_times
+
+
+async def screenshot_routes(runs: int) -> dict[str, list[float]]:
+    routes: dict[str, list[float]] = {
+        name: []
+        for name in ("host reads -fbdir file + PNG", "xwd in sandbox + read", "xwd|pnmtopng in sandbox")
+    }
+    async with Desktop() as desktop:
+        await desktop.launch(["mousepad"], window="Mousepad")
+        for _ in range(runs):
+            begun = time.monotonic()
+            await desktop.screenshot()
+            routes["host reads -fbdir file + PNG"].append(time.monotonic() - begun)
+            begun = time.monotonic()
+            await desktop.sb.exec("xwd -root -silent -out /tmp/shot.xwd")
+            await desktop.sb.read_file("/tmp/shot.xwd")
+            routes["xwd in sandbox + read"].append(time.monotonic() - begun)
+            begun = time.monotonic()
+            await desktop.sb.exec("xwd -root -silent | xwdtopnm 2>/dev/null | pnmtopng > /tmp/shot.png")
+            await desktop.sb.read_file("/tmp/shot.png")
+            routes["xwd|pnmtopng in sandbox"].append(time.monotonic() - begun)
+            await desktop.act(Keys(("Right",)))
+    return routes
+
+
+async def main(runs: int, steps: int) -> None:
+    for task in ("editor-append-line", "calc-add-row"):
+        print(f"{task:20s} fresh start  {summary(await fresh(task, runs))}")
+        resets, step_times = await with_spare(task, runs, steps)
+        print(f"{task:20s} spare reset  {summary(resets)}")
+        print(f"{task:20s} step         {summary(step_times)}  (key + window list + PNG, settle=0)")
+    for name, times in (await screenshot_routes(runs * steps)).items():
+        print(f"screenshot: {name:30s} {summary(times)}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=5)
+    args = parser.parse_args()
+    asyncio.run(main(args.runs, args.steps))
