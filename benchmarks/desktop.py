@@ -3,7 +3,8 @@
 python benchmarks/desktop.py [--runs N] [--steps N]
 
 - fresh: what a reset costs with no spare: sandbox + Xvfb + openbox + the app's window, per app.
-- spare: `DesktopEnv` reset when the previous episode's background start has finished: files + the app.
+- spare: `DesktopEnv` reset when the previous episode's background start has finished (and 3 s more,
+  as a short episode takes, for the residents: LibreOffice with no document): files + the app.
 - step: one tool call (a key press) and the observation after it (window list + PNG screenshot),
   with the env's settle pause (0.2 s by default) reported apart.
 - screenshot routes: the host reading Xvfb's -fbdir XWD file and encoding PNG, against running
@@ -55,7 +56,8 @@ async def with_spare(task: str, runs: int, steps: int) -> tuple[list[float], lis
         await env.reset(seed=0)
         for seed in range(1, runs + 1):
             assert env._next is not None
-            await asyncio.wait([env._next])  # the spare is ready, as after an episode of a few turns
+            await asyncio.wait([env._next])
+            await asyncio.sleep(3)  # its residents settle, as during an episode of a few turns
             begun = time.monotonic()
             await env.reset(seed=seed)
             resets.append(time.monotonic() - begun)

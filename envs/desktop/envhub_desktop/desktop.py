@@ -169,15 +169,19 @@ class Desktop:
     async def launch(self, argv: Sequence[str], *, window: str, within: float | None = None) -> float:
         """Start an app on the desktop and wait until a visible window whose title matches the regex
         `window` is mapped (`within` seconds at most); returns the seconds it took."""
-        if self._session is None or self._session.stdin is None or self._session.returncode is not None:
-            raise InfrastructureError("the desktop's session has ended; start a new desktop")
         begun = time.monotonic()
-        self._session.stdin.write(shlex.join(argv).encode() + b"\n")
-        await self._session.stdin.drain()
+        await self.run(argv)
         await self.wait_for_window(window, within=within or self.start_timeout)
         took = time.monotonic() - begun
         self.timings.apps[argv[0]] = took
         return took
+
+    async def run(self, argv: Sequence[str]) -> None:
+        """Start a program on the desktop without waiting for anything (a resident LibreOffice, say)."""
+        if self._session is None or self._session.stdin is None or self._session.returncode is not None:
+            raise InfrastructureError("the desktop's session has ended; start a new desktop")
+        self._session.stdin.write(shlex.join(argv).encode() + b"\n")
+        await self._session.stdin.drain()
 
     async def wait_for_window(self, window: str, *, within: float) -> None:
         deadline = time.monotonic() + within

@@ -96,8 +96,21 @@ class DesktopEnv(envhub.ToolEnv):
         return await Desktop(width=self.width, height=self.height).start()
 
     def _start_next(self) -> None:
+        """Start the next episode's desktop in the background, with the residents of the tasks it may
+        draw (LibreOffice for the spreadsheet tasks) already starting on it."""
+        residents = {TASKS[name].resident for name in ([self.task_name] if self.task_name else TASKS)} - {()}
         self._next_loop = asyncio.get_running_loop()
-        self._next = asyncio.create_task(Desktop(width=self.width, height=self.height).start())
+        self._next = asyncio.create_task(self._spare(sorted(residents)))
+
+    async def _spare(self, residents: list[tuple[str, ...]]) -> Desktop:
+        desktop = await Desktop(width=self.width, height=self.height).start()
+        try:
+            for argv in residents:
+                await desktop.run(argv)
+        except BaseException:
+            await desktop.close()
+            raise
+        return desktop
 
     def reset_info(self) -> dict[str, Any]:
         timings = self.desktop.timings if self.desktop is not None else None
