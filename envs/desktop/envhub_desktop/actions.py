@@ -1,5 +1,9 @@
 """The desktop's action vocabulary (the field's: pointer, keys, text, wait) and its xdotool command lines.
 
+No `mousemove --sync`: Debian's xdotool (3.20160805) then waits for a motion event that never comes when
+the pointer is already there, so a second click at the same point took 15 s. Without it, the motion and
+the click still reach the server in order, on one connection.
+
 One small frozen dataclass per action, so the tools, the pyautogui parser and the oracles all produce
 the same values, and one place turns them into xdotool's argv (no shell: nothing the agent writes is
 ever parsed by one).
@@ -112,7 +116,7 @@ class MoveTo:
     y: int
 
     def xdotool(self) -> list[str]:
-        return ["xdotool", "mousemove", "--sync", str(self.x), str(self.y)]
+        return ["xdotool", "mousemove", str(self.x), str(self.y)]
 
     def describe(self) -> str:
         return f"move to ({self.x}, {self.y})"
@@ -128,8 +132,10 @@ class Click:
     count: int = 1
 
     def xdotool(self) -> list[str]:
-        move = [] if self.x is None or self.y is None else ["mousemove", "--sync", str(self.x), str(self.y)]
-        return ["xdotool", *move, "click", "--repeat", str(self.count), "--delay", "80", BUTTONS[self.button]]
+        move = [] if self.x is None or self.y is None else ["mousemove", str(self.x), str(self.y)]
+        # xdotool sleeps `--delay` (100 ms unless given) after every click, the last one too.
+        repeat = ["--repeat", str(self.count), "--delay", "80"] if self.count > 1 else ["--delay", "0"]
+        return ["xdotool", *move, "click", *repeat, BUTTONS[self.button]]
 
     def describe(self) -> str:
         where = "" if self.x is None else f" at ({self.x}, {self.y})"
@@ -146,7 +152,7 @@ class MouseButton:
     y: int | None = None
 
     def xdotool(self) -> list[str]:
-        move = [] if self.x is None or self.y is None else ["mousemove", "--sync", str(self.x), str(self.y)]
+        move = [] if self.x is None or self.y is None else ["mousemove", str(self.x), str(self.y)]
         return ["xdotool", *move, "mousedown" if self.down else "mouseup", BUTTONS[self.button]]
 
     def describe(self) -> str:
@@ -168,13 +174,13 @@ class Drag:
         start = (
             []
             if self.from_x is None or self.from_y is None
-            else ["mousemove", "--sync", str(self.from_x), str(self.from_y)]
+            else ["mousemove", str(self.from_x), str(self.from_y)]
         )
         b = BUTTONS[self.button]
         return [
             "xdotool", *start, "mousedown", b, "sleep", "0.05",
             "mousemove_relative", "--", "1", "1", "sleep", "0.05",
-            "mousemove", "--sync", str(self.to_x), str(self.to_y), "sleep", "0.05", "mouseup", b,
+            "mousemove", str(self.to_x), str(self.to_y), "sleep", "0.05", "mouseup", b,
         ]  # fmt: skip
 
     def describe(self) -> str:
@@ -193,7 +199,7 @@ class Scroll:
     def xdotool(self) -> list[str]:
         up, down = ("7", "6") if self.horizontal else ("4", "5")
         button = up if self.clicks > 0 else down
-        move = [] if self.x is None or self.y is None else ["mousemove", "--sync", str(self.x), str(self.y)]
+        move = [] if self.x is None or self.y is None else ["mousemove", str(self.x), str(self.y)]
         return ["xdotool", *move, "click", "--repeat", str(abs(self.clicks)), "--delay", "30", button]
 
     def describe(self) -> str:
@@ -215,7 +221,8 @@ class Keys:
 
     def xdotool(self) -> list[str]:
         combo = "+".join(keysym(k) for k in self.keys)
-        return ["xdotool", "key", "--delay", "40", *([combo] * self.presses)]
+        delay = ["--delay", "40"] if self.presses > 1 else []  # the delay follows every press, the last too
+        return ["xdotool", "key", *delay, *([combo] * self.presses)]
 
     def describe(self) -> str:
         return "+".join(self.keys) + (f" x{self.presses}" if self.presses > 1 else "")

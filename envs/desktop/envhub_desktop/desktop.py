@@ -32,6 +32,8 @@ DISPLAY = ":0"
 STATE_DIR = "/tmp/.desktop"
 """Where the session keeps Xvfb's framebuffer file and the logs, inside the sandbox's /tmp."""
 FRAMEBUFFER = f"{STATE_DIR}/Xvfb_screen0"
+REMAP_AFTER_S = 3.0
+"""How long an app's window may stay unmapped after its launch before it is asked to map again."""
 DESKTOP_ETC = ("/etc/fonts", "/etc/X11", "/etc/xdg/openbox", "/etc/libreoffice")
 """Host configuration the desktop's programs read, bound read-only: fontconfig's (without it no font
 is found and text renders as boxes), X's keyboard maps and app defaults (xterm's), openbox's rc.xml, and
@@ -127,6 +129,8 @@ class Desktop:
         self.sandbox: Sandbox | None = None
         self._session: asyncio.subprocess.Process | None = None
         self.timings = Timings()
+        self.remaps = 0
+        """Launches whose window had to be mapped again (see `wait_for_window`)."""
 
     async def start(self) -> Desktop:
         """Open the sandbox and bring up the display and the window manager (no app yet)."""
@@ -184,11 +188,27 @@ class Desktop:
         await self._session.stdin.drain()
 
     async def wait_for_window(self, window: str, *, within: float) -> None:
-        deadline = time.monotonic() + within
+        """Wait until a visible window's title matches `window`.
+
+        About 1 launch in 40 under load, the app's window exists but openbox never manages it: it stays
+        unmapped, with no WM_STATE (seen with Mousepad; the cause is not found). A window that is still
+        unmapped `REMAP_AFTER_S` after the launch is asked to map again (`xdotool windowmap`), which
+        openbox then handles; `remaps` counts it, so the figures can say how often it happens.
+        """
+        begun = time.monotonic()
+        deadline = begun + within
+        remap_at = begun + REMAP_AFTER_S
         while True:
             r = await self.sb.exec(["xdotool", "search", "--onlyvisible", "--name", window], timeout=10)
             if r.exit_code == 0 and r.stdout.strip():
                 return
+            if time.monotonic() > remap_at:
+                remap_at = time.monotonic() + REMAP_AFTER_S
+                found = await self.sb.exec(
+                    ["xdotool", "search", "--name", window, "windowmap", "%@"], timeout=10
+                )
+                if found.exit_code == 0:
+                    self.remaps += 1
             if time.monotonic() > deadline:
                 log = await self._log("apps.log")
                 every = await self.sb.exec(

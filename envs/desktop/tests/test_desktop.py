@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from envhub_desktop.actions import Keys, TypeText, Wait
+from envhub_desktop.actions import Click, Drag, Keys, TypeText, Wait
 from envhub_desktop.desktop import Desktop
 from envhub_desktop.env import DesktopEnv
 from envhub_desktop.tasks import TASKS
@@ -143,6 +143,32 @@ async def test_a_spare_desktop_serves_the_next_reset_and_nothing_of_the_last_epi
     finally:
         await env.close()
     assert env._next is None
+
+
+@pytest.mark.timeout(60)  # 8 clicks at one point took 105 s with `--sync`; about 1 s without
+async def test_pointer_actions_select_text_in_the_real_editor() -> None:
+    """Double-click selects a word, a drag selects a line, clicking twice at one point does not stall
+    (`mousemove --sync` to the pointer's own place once waited 15 s a click). Points are where Debian's
+    Mousepad, centred by openbox on a 1280x800 screen, draws the two seeded lines."""
+    desktop = await Desktop().start()
+    try:
+        await desktop.sb.write_file("t.txt", "hello world\nsecond line\n")
+        await desktop.launch(["mousepad", "/work/t.txt"], window="t.txt")
+        for _ in range(8):
+            await desktop.act(Click(600, 500))  # empty space below the text: the caret goes to the end
+        for action in (
+            Wait(0.5),  # past GTK's double-click time, or the next click would count as one more of these
+            Click(400, 204, count=2),
+            TypeText("there"),
+            Drag(422, 222, from_x=323, from_y=222),
+            TypeText("x"),
+            Keys(("ctrl", "s")),
+            Wait(0.5),
+        ):
+            await desktop.act(action)
+        assert await desktop.sb.read_file("t.txt") == b"hello there\nx\n"
+    finally:
+        await desktop.close()
 
 
 PROBE = """
