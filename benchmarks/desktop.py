@@ -1,6 +1,6 @@
 """Desktop benchmark: a fresh desktop against a reset with a spare ready, one step, two screenshot routes.
 
-python benchmarks/desktop.py [--runs N] [--steps N]
+python benchmarks/desktop.py [--runs N] [--steps N] [--launches N]
 
 - fresh: what a reset costs with no spare: sandbox + Xvfb + openbox + the app's window, per app.
 - spare: `DesktopEnv` reset when the previous episode's background start has finished (and 3 s more,
@@ -9,6 +9,8 @@ python benchmarks/desktop.py [--runs N] [--steps N]
   with the env's settle pause (0.2 s by default) reported apart.
 - screenshot routes: the host reading Xvfb's -fbdir XWD file and encoding PNG, against running
   `xwd` in the sandbox (then reading its file), against `xwd | xwdtopnm | pnmtopng` in the sandbox.
+- launches (`--launches N`): N fresh desktops with Mousepad, two at a time, counting the windows that had
+  to be mapped again (`Desktop.remaps`) and the launches that failed anyway.
 """
 
 from __future__ import annotations
@@ -97,7 +99,28 @@ async def screenshot_routes(runs: int) -> dict[str, list[float]]:
     return routes
 
 
-async def main(runs: int, steps: int) -> None:
+async def launch_twice(seed: int) -> tuple[int, int]:
+    """(remaps, failures) of one pair of desktops started at once."""
+
+    async def one() -> tuple[int, int]:
+        async with Desktop() as desktop:
+            await desktop.sb.write_file("notes.txt", f"seed {seed}\n")
+            try:
+                await desktop.launch(["mousepad", "/work/notes.txt"], window="notes.txt", within=30)
+            except Exception:
+                return desktop.remaps, 1
+            return desktop.remaps, 0
+
+    pairs = await asyncio.gather(one(), one())
+    return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+
+
+async def main(runs: int, steps: int, launches: int) -> None:
+    if launches:
+        counts = [await launch_twice(i) for i in range(launches // 2)]
+        remaps, failures = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        print(f"launches: {2 * len(counts)}, remapped {remaps}, failed {failures}")
+        return
     for task in ("editor-append-line", "calc-add-row"):
         print(f"{task:20s} fresh start  {summary(await fresh(task, runs))}")
         resets, step_times = await with_spare(task, runs, steps)
@@ -111,5 +134,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--launches", type=int, default=0, help="only count remaps over N app launches")
     args = parser.parse_args()
-    asyncio.run(main(args.runs, args.steps))
+    asyncio.run(main(args.runs, args.steps, args.launches))

@@ -120,6 +120,7 @@ class DesktopEnv(envhub.ToolEnv):
             "reset_seconds": round(self.reset_seconds, 3),
             "spare": self.used_spare,
             "app_start_seconds": round(sum(timings.apps.values()), 3) if timings else 0.0,
+            "window_remaps": self.desktop.remaps if self.desktop is not None else 0,
         }
 
     async def react(self, message: Message) -> Reaction:
