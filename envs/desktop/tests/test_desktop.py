@@ -182,7 +182,7 @@ def attempt(name, fn):
 def connect(host, port):
     s = socket.create_connection((host, port), timeout=3)
     s.sendall(b"hello from the desktop")
-    return s.recv(100)
+    return "connected"
 attempt("host_loopback", lambda: connect("127.0.0.1", int(sys.argv[1])))
 attempt("outside", lambda: connect("1.1.1.1", 53))
 attempt("host_file", lambda: open(sys.argv[2]).read())
