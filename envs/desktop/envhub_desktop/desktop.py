@@ -130,6 +130,8 @@ class Desktop:
         self._session: asyncio.subprocess.Process | None = None
         self.timings = Timings()
         self.remaps = 0
+        self.office_profile = False
+        """Whether LibreOffice's prepared profile is in this desktop (`envhub_desktop.office`)."""
         """Launches whose window had to be mapped again (see `wait_for_window`)."""
 
     async def start(self) -> Desktop:

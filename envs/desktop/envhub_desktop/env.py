@@ -24,6 +24,7 @@ from envhub.core import NotForkable
 from envhub.messages import ImagePart, Message, TextPart, ToolCall, user
 from envhub_desktop.actions import Click, DesktopAction, Drag, Keys, MoveTo, Scroll, TypeText, Wait, points
 from envhub_desktop.desktop import Desktop
+from envhub_desktop.office import install_profile
 from envhub_desktop.pyautogui import parse
 from envhub_desktop.tasks import TASKS, Episode
 
@@ -80,6 +81,8 @@ class DesktopEnv(envhub.ToolEnv):
             self._start_next()
         for path, content in episode.files.items():
             await desktop.sb.write_file(path, content)
+        if TASKS[self.drawn].office:
+            await install_profile(desktop)
         await desktop.launch(episode.app, window=episode.window, within=90)
         self.reset_seconds = time.monotonic() - begun
         return [await self._observation(f"Task: {episode.goal}\n\n")]
@@ -105,6 +108,8 @@ class DesktopEnv(envhub.ToolEnv):
     async def _spare(self, residents: list[tuple[str, ...]]) -> Desktop:
         desktop = await Desktop(width=self.width, height=self.height).start()
         try:
+            if residents:  # LibreOffice's: its profile first
+                await install_profile(desktop)
             for argv in residents:
                 await desktop.run(argv)
         except BaseException:

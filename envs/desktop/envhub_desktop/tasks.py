@@ -13,17 +13,12 @@ from dataclasses import dataclass, field
 
 from envhub_desktop.actions import DesktopAction, Keys, TypeText, Wait
 from envhub_desktop.odf import Cell, cell_index, fods, read_cells
+from envhub_desktop.office import OFFICE_OPTIONS
 
 WORDS = [
     *("apple", "river", "stone", "cloud", "maple", "copper", "lantern", "meadow", "harbor", "violet"),
     *("falcon", "summit", "ember", "willow", "canyon", "orbit", "pepper", "quartz", "saddle", "timber"),
 ]
-LIBREOFFICE_PROFILE = "file:///tmp/.desktop/libreoffice"
-"""LibreOffice's user profile, inside the sandbox: soffice cannot find its default one without a
-passwd entry for the sandbox's uid (its start aborts with "User installation could not be completed")."""
-
-
-OFFICE_OPTIONS = ("--norestore", "--nologo", f"-env:UserInstallation={LIBREOFFICE_PROFILE}")
 CALC_RESIDENT = ("soffice", "--nodefault", *OFFICE_OPTIONS)
 """LibreOffice started with no document, on a spare desktop: a later `soffice file` hands the file to it
 over its pipe and a window opens in well under the ~2 s of a cold start (docs/desktop-plan.md)."""
@@ -58,6 +53,11 @@ class Task:
     build: Callable[[random.Random], Episode]
     resident: tuple[str, ...] = ()
     """A program a spare desktop starts ahead of the episode so the app opens fast (none: nothing)."""
+
+    @property
+    def office(self) -> bool:
+        """Whether the app is LibreOffice, which wants the prepared profile (`envhub_desktop.office`)."""
+        return self.app.startswith("libreoffice")
 
 
 def _lines(rng: random.Random, n: int) -> list[str]:
