@@ -44,6 +44,7 @@ APP_ENV = {
     "GSETTINGS_BACKEND": "memory",  # no dconf daemon or D-Bus in the sandbox: keep GTK settings in memory
     "NO_AT_BRIDGE": "1",  # no accessibility bus to connect to (GTK would wait for it)
     "SAL_USE_VCLPLUGIN": "gen",  # LibreOffice's own X11 widgets: its GTK plugin is not installed
+    "XDG_CONFIG_HOME": f"{STATE_DIR}/config",  # GTK's settings.ini (no caret blink), out of the workdir
 }
 
 
@@ -82,7 +83,8 @@ def session_script(width: int, height: int) -> str:
     manager to own the screen (its EWMH check window on the root): a window mapped while openbox is
     still starting can be left unmapped, and the app never shows."""
     return f"""
-mkdir -p {STATE_DIR}
+mkdir -p {STATE_DIR}/config/gtk-3.0
+printf '[Settings]\ngtk-cursor-blink = false\n' > {STATE_DIR}/config/gtk-3.0/settings.ini
 Xvfb {DISPLAY} -screen 0 {width}x{height}x24 -nolisten tcp -noreset -fbdir {STATE_DIR} \
     >{STATE_DIR}/xvfb.log 2>&1 </dev/null &
 i=0
@@ -231,6 +233,24 @@ class Desktop:
             r = await self.sb.exec(argv, timeout=30)
             if r.exit_code != 0:
                 raise ValueError(f"{action.describe()} failed: {r.stderr.strip() or f'exit {r.exit_code}'}")
+
+    async def wait_still(self, *, quiet: float = 0.5, within: float = 10.0) -> bool:
+        """Wait until the screen has not changed for `quiet` seconds (`within` at most); False if it
+        kept changing. An app's window is mapped before it is painted (LibreOffice's menus and cells
+        come a moment later), so the first observation waits for this rather than a fixed pause.
+        Carets do not blink (GTK's `gtk-cursor-blink` is off in the session's settings.ini)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        last = await self.sb.read_file(FRAMEBUFFER)
+        since = loop.time()
+        while loop.time() < deadline:
+            await asyncio.sleep(0.1)
+            frame = await self.sb.read_file(FRAMEBUFFER)
+            if frame != last:
+                last, since = frame, loop.time()
+            elif loop.time() - since >= quiet:
+                return True
+        return False
 
     async def screenshot(self) -> bytes:
         """The screen as PNG bytes, read from Xvfb's framebuffer file on the host side."""

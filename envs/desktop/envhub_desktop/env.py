@@ -84,6 +84,7 @@ class DesktopEnv(envhub.ToolEnv):
         if TASKS[self.drawn].office:
             await install_profile(desktop)
         await desktop.launch(episode.app, window=episode.window, within=90)
+        await desktop.wait_still()
         self.reset_seconds = time.monotonic() - begun
         return [await self._observation(f"Task: {episode.goal}\n\n")]
 

@@ -21,7 +21,9 @@ WORDS = [
 ]
 CALC_RESIDENT = ("soffice", "--nodefault", *OFFICE_OPTIONS)
 """LibreOffice started with no document, on a spare desktop: a later `soffice file` hands the file to it
-over its pipe and a window opens in well under the ~2 s of a cold start (docs/desktop-plan.md)."""
+over its pipe. No task uses it now: with the prepared profile (`envhub_desktop.office`) it saves only
+~0.3 s, and a spare taken while it still initialises (back-to-back resets) shows the document's window
+unpainted for over half a second, so two resets of one seed could observe different first screens."""
 
 
 def calc(path: str) -> list[str]:
