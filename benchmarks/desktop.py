@@ -3,9 +3,9 @@
 python benchmarks/desktop.py [--runs N] [--steps N] [--launches N]
 
 - fresh: what a reset costs with no spare: sandbox + Xvfb + openbox + the app's window, per app
-  (LibreOffice with its prepared profile copied in).
+  (LibreOffice with its prepared profile copied in), and the screen still for 0.5 s, as the env's reset.
 - spare: `DesktopEnv` reset when the previous episode's background start has finished (and 3 s more,
-  as a short episode takes, for the residents: LibreOffice with no document): files + the app.
+  as a short episode takes): files + the app + the screen still (`Desktop.wait_still`).
 - step: one tool call (a key press) and the observation after it (window list + PNG screenshot),
   with the env's settle pause (0.2 s by default) reported apart.
 - screenshot routes: the host reading Xvfb's -fbdir XWD file and encoding PNG, against running
@@ -51,6 +51,7 @@ async def fresh(task: str, runs: int) -> list[float]:
             if TASKS[task].office:
                 await install_profile(desktop)
             await desktop.launch(episode.app, window=episode.window, within=90)
+            await desktop.wait_still()  # as DesktopEnv's reset does before its first observation
             times.append(time.monotonic() - begun)
         finally:
             await desktop.close()
@@ -65,7 +66,7 @@ async def with_spare(task: str, runs: int, steps: int) -> tuple[list[float], lis
         for seed in range(1, runs + 1):
             assert env._next is not None
             await asyncio.wait([env._next])
-            await asyncio.sleep(3)  # its residents settle, as during an episode of a few turns
+            await asyncio.sleep(3)  # as during an episode of a few turns
             begun = time.monotonic()
             await env.reset(seed=seed)
             resets.append(time.monotonic() - begun)

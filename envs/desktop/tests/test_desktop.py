@@ -126,8 +126,8 @@ async def test_an_episode_refuses_to_fork() -> None:
 
 
 async def test_a_spare_desktop_serves_the_next_reset_and_nothing_of_the_last_episode_is_in_it() -> None:
-    """The spare (with LibreOffice resident for the spreadsheet tasks) is a different sandbox, and the
-    oracle still reaches 1.0 on it."""
+    """The spare is a different sandbox (LibreOffice's prepared profile copied in ahead), and the oracle
+    still reaches 1.0 on it."""
     env = DesktopEnv(task="calc-add-row")
     try:
         await env.reset(seed=0)
