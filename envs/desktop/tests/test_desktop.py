@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 from envhub_desktop.actions import Click, Drag, Keys, TypeText, Wait
-from envhub_desktop.desktop import Desktop
+from envhub_desktop.desktop import Desktop, desktop_policy
 from envhub_desktop.env import DesktopEnv
 from envhub_desktop.tasks import TASKS
 from PIL import Image
 
+import envhub.sandbox as sandbox
 from envhub.checks import acheck
 from envhub.core import NotForkable
 from envhub.messages import Message, ToolCall
@@ -167,6 +168,20 @@ async def test_pointer_actions_select_text_in_the_real_editor() -> None:
         ):
             await desktop.act(action)
         assert await desktop.sb.read_file("t.txt") == b"hello there\nx\n"
+    finally:
+        await desktop.close()
+
+
+async def test_another_sandbox_cannot_reach_the_desktops_display() -> None:
+    """The X server's sockets are the sandbox's own (its /tmp, its network namespace): a second sandbox
+    with the same policy and DISPLAY finds no display, while the desktop's own commands do."""
+    desktop = await Desktop().start()
+    try:
+        own = await desktop.sb.exec(["xdpyinfo"])
+        assert own.exit_code == 0 and "dimensions:    1280x800" in own.stdout
+        async with sandbox.open("local", policy=desktop_policy(), spare=False) as other:
+            probe = await other.exec(["xdpyinfo", "-display", ":0"])
+            assert probe.exit_code != 0 and "unable to open display" in probe.stderr
     finally:
         await desktop.close()
 
