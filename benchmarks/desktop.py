@@ -9,7 +9,8 @@ python benchmarks/desktop.py [--runs N] [--steps N] [--launches N]
 - step: one tool call (a key press) and the observation after it (window list + PNG screenshot),
   with the env's settle pause (0.2 s by default) reported apart.
 - screenshot routes: the host reading Xvfb's -fbdir XWD file and encoding PNG, against running
-  `xwd` in the sandbox (then reading its file), against `xwd | xwdtopnm | pnmtopng` in the sandbox.
+  `xwd` in the sandbox (then reading its file), against `xwd | xwdtopnm | pnmtopng` in the sandbox
+  (these two need Debian's x11-apps and netpbm, which the env itself does not).
 - launches (`--launches N`): N fresh desktops with Mousepad, two at a time, counting the windows that had
   to be mapped again (`Desktop.remaps`) and the launches that failed anyway.
 """
