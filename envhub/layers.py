@@ -264,6 +264,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer(
         _PLUGINS,
         (
+            "envhub_desktop",
             "envhub_games",
             "envhub_gym_text",
             "envhub_humaneval",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the tests need from the system, for `make test` (which runs this first) and so for CI:
 # Python's venv module, bubblewrap for the `local` sandbox, a running Docker engine with envhub's images
-# for the `docker` sandbox and swe-mini, and Debian's Chromium for the browser envs (Playwright drives it).
+# for the `docker` sandbox and swe-mini, Debian's Chromium for the browser envs (Playwright drives it), and
+# the desktop env's X11 stack: Xvfb, xdotool, xdpyinfo/xprop, openbox and the apps it runs (envs/desktop).
 # As root it installs, starts and builds what is missing; each step checks before it acts, so running it
 # again costs seconds. As another user it changes nothing: it prints the commands to run, and fails.
 set -euo pipefail
@@ -17,6 +18,11 @@ command -v bwrap >/dev/null || packages+=(bubblewrap)
 command -v dockerd >/dev/null || packages+=(docker.io)
 command -v debootstrap >/dev/null || packages+=(debootstrap)  # builds the images without a registry
 command -v chromium >/dev/null || packages+=(chromium)
+# envs/desktop: each command names the package that brings it (x11-utils: xdpyinfo and xprop).
+for pair in Xvfb:xvfb xdotool:xdotool xdpyinfo:x11-utils xprop:x11-utils openbox:openbox xterm:xterm \
+    mousepad:mousepad soffice:libreoffice-calc; do
+    command -v "${pair%%:*}" >/dev/null || packages+=("${pair#*:}")
+done
 
 engine_up() { docker info >/dev/null 2>&1; }
 have_image() { docker image inspect "$1" >/dev/null 2>&1; }

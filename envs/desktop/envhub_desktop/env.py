@@ -1,0 +1,354 @@
+"""`desktop-v0`: tasks on a private X11 desktop, seen as screenshots, played with pointer and key tools.
+
+Each episode gets a desktop of its own (a local sandbox running Xvfb, openbox and the task's app, see
+`envhub_desktop.desktop`) with the task's seeded files; it is closed when the next episode starts or the
+env closes, so nothing of one episode reaches the next. With `spare=True` (the default) the next
+episode's desktop (sandbox, display, window manager) is started in the background while this one plays,
+and reset only writes the files and starts the app.
+
+Actions from one assistant message run one at a time, in order. The episode ends with done(), or when the
+agent answers without a tool call; the reward reads the file the app saved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from typing import Any, Literal
+
+import envhub
+from envhub.authoring.chat import Reaction
+from envhub.core import NotForkable
+from envhub.messages import ImagePart, Message, TextPart, ToolCall, user
+from envhub_desktop.actions import Click, DesktopAction, Drag, Keys, MoveTo, Scroll, TypeText, Wait, points
+from envhub_desktop.desktop import Desktop
+from envhub_desktop.office import install_profile
+from envhub_desktop.pyautogui import parse
+from envhub_desktop.tasks import TASKS, Episode
+
+
+class DesktopEnv(envhub.ToolEnv):
+    """A real desktop in the local sandbox: observe a screenshot and the window list, act with tools."""
+
+    system_prompt = (
+        "You control a Linux desktop to complete a task. Each observation is a screenshot and the list of "
+        "visible windows (the focused one marked *). Act with the tools; coordinates are screen pixels "
+        "from the top-left corner. Call done() when the task is complete."
+    )
+
+    def __init__(
+        self,
+        task: str | None = None,
+        *,
+        width: int = 1280,
+        height: int = 800,
+        screenshot: bool = True,
+        spare: bool = True,
+        settle: float = 0.2,
+        max_turns: int | None = None,
+    ) -> None:
+        if task is not None and task not in TASKS:
+            raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)} (or None for all)")
+        if not 0 <= settle <= 5:
+            raise ValueError(f"settle is the pause before each screenshot, 0 to 5 s; got {settle}")
+        super().__init__(max_turns=max_turns if max_turns is not None else 30)
+        Desktop(width=width, height=height)  # validates the screen size now, not at the first reset
+        self.task_name = task
+        self.width, self.height = width, height
+        self.screenshot, self.spare, self.settle = screenshot, spare, settle
+        self.desktop: Desktop | None = None
+        self.episode: Episode | None = None
+        self.drawn = ""
+        self.finished = False
+        self.reset_seconds = 0.0
+        self.used_spare = False
+        self._next: asyncio.Task[Desktop] | None = None
+        self._next_loop: asyncio.AbstractEventLoop | None = None
+        self._lock = asyncio.Lock()
+
+    # --- episode lifecycle -------------------------------------------------------------------------
+
+    async def setup(self, rng: random.Random) -> list[Message]:
+        begun = time.monotonic()
+        await self._close_desktop()
+        self.drawn = self.task_name or rng.choice(sorted(TASKS))
+        self.episode = episode = TASKS[self.drawn].build(rng)
+        self.finished = False
+        self.desktop = desktop = await self._take_desktop()
+        if self.spare:
+            self._start_next()
+        for path, content in episode.files.items():
+            await desktop.sb.write_file(path, content)
+        if TASKS[self.drawn].office:
+            await install_profile(desktop)
+        await desktop.launch(episode.app, window=episode.window, within=90)
+        await desktop.wait_still()
+        self.reset_seconds = time.monotonic() - begun
+        return [await self._observation(f"Task: {episode.goal}\n\n")]
+
+    async def _take_desktop(self) -> Desktop:
+        """The spare started during the last episode if there is one (and it started), else a new one."""
+        self.used_spare = False
+        task, self._next = self._next, None
+        if task is not None and self._next_loop is asyncio.get_running_loop():
+            with contextlib.suppress(Exception):  # a spare that failed to start: start one now instead
+                desktop = await task
+                self.used_spare = True
+                return desktop
+        return await Desktop(width=self.width, height=self.height).start()
+
+    def _start_next(self) -> None:
+        """Start the next episode's desktop in the background, with the residents of the tasks it may
+        draw (LibreOffice for the spreadsheet tasks) already starting on it."""
+        residents = {TASKS[name].resident for name in ([self.task_name] if self.task_name else TASKS)} - {()}
+        self._next_loop = asyncio.get_running_loop()
+        self._next = asyncio.create_task(self._spare(sorted(residents)))
+
+    async def _spare(self, residents: list[tuple[str, ...]]) -> Desktop:
+        desktop = await Desktop(width=self.width, height=self.height).start()
+        try:
+            if residents:  # LibreOffice's: its profile first
+                await install_profile(desktop)
+            for argv in residents:
+                await desktop.run(argv)
+        except BaseException:
+            await desktop.close()
+            raise
+        return desktop
+
+    def reset_info(self) -> dict[str, Any]:
+        timings = self.desktop.timings if self.desktop is not None else None
+        return {
+            "task": self.drawn,
+            "app": TASKS[self.drawn].app if self.drawn else "",
+            "reset_seconds": round(self.reset_seconds, 3),
+            "spare": self.used_spare,
+            "app_start_seconds": round(sum(timings.apps.values()), 3) if timings else 0.0,
+            "window_remaps": self.desktop.remaps if self.desktop is not None else 0,
+        }
+
+    async def react(self, message: Message) -> Reaction:
+        reaction = await super().react(message)
+        if reaction.done or self.finished:
+            return Reaction(observation=reaction.observation, done=True, info=reaction.info)
+        observation = await self._observation()
+        return Reaction(observation=[*reaction.observation, observation], info=reaction.info)
+
+    async def __fork__(self, memo: dict[int, Any]) -> DesktopEnv:
+        """Refused: an app's in-memory state (an unsaved document, an open dialog) cannot be copied."""
+        raise NotForkable(
+            "a desktop episode cannot fork: the apps' state lives in their processes (unsaved text, open "
+            "dialogs), which a copy of the files does not carry; play each branch from reset"
+        )
+
+    async def close(self) -> None:
+        await self._close_desktop()
+        task, self._next = self._next, None
+        if task is not None and self._next_loop is asyncio.get_running_loop():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                desktop = await task
+                await desktop.close()
+
+    async def _close_desktop(self) -> None:
+        desktop, self.desktop = self.desktop, None
+        if desktop is not None:
+            await desktop.close()
+
+    # --- reward: the saved file, read from the sandbox --------------------------------------------------
+
+    @envhub.reward
+    async def success(self) -> float:
+        """1 when the file the app saved holds what the task asked for; never read from the pixels."""
+        assert self.episode is not None and self.desktop is not None
+        files: dict[str, bytes | None] = {}
+        for path in self.episode.reads:
+            try:
+                files[path] = await self.desktop.sb.read_file(path)
+            except (FileNotFoundError, PermissionError):
+                files[path] = None
+        return float(self.episode.check(files))
+
+    @envhub.reward(weight=0.0)
+    def actions(self, messages: list[Message]) -> float:
+        """Recorded, not rewarded: how many desktop actions the agent took."""
+        return float(sum(len(m.tool_calls) for m in messages))
+
+    # --- tools --------------------------------------------------------------------------------------------
+
+    @envhub.tool
+    async def click(self, x: int, y: int, button: Literal["left", "middle", "right"] = "left") -> str:
+        """Click a point of the screen.
+
+        Args:
+            x: Pixels from the left edge of the screen.
+            y: Pixels from the top edge of the screen.
+            button: Which mouse button.
+        """
+        return await self._do(Click(x, y, button))
+
+    @envhub.tool
+    async def double_click(self, x: int, y: int) -> str:
+        """Double-click a point of the screen with the left button.
+
+        Args:
+            x: Pixels from the left edge of the screen.
+            y: Pixels from the top edge of the screen.
+        """
+        return await self._do(Click(x, y, "left", 2))
+
+    @envhub.tool
+    async def move(self, x: int, y: int) -> str:
+        """Move the pointer without clicking (menus that open on hover).
+
+        Args:
+            x: Pixels from the left edge of the screen.
+            y: Pixels from the top edge of the screen.
+        """
+        return await self._do(MoveTo(x, y))
+
+    @envhub.tool
+    async def drag(self, from_x: int, from_y: int, to_x: int, to_y: int) -> str:
+        """Press the left button at one point, move to another and release (select text, move things).
+
+        Args:
+            from_x: Where to press, pixels from the left.
+            from_y: Where to press, pixels from the top.
+            to_x: Where to release, pixels from the left.
+            to_y: Where to release, pixels from the top.
+        """
+        return await self._do(Drag(to_x, to_y, from_x, from_y))
+
+    @envhub.tool
+    async def scroll(self, clicks: int, x: int | None = None, y: int | None = None) -> str:
+        """Turn the mouse wheel: positive clicks scroll up, negative down; over (x, y) when given.
+
+        Args:
+            clicks: Wheel steps, -50 to 50; positive is up.
+            x: Where to scroll, pixels from the left (with y).
+            y: Where to scroll, pixels from the top (with x).
+        """
+        if not -50 <= clicks <= 50:
+            raise ValueError(f"clicks must be between -50 and 50, got {clicks}")
+        return await self._do(Scroll(clicks, False, x, y))
+
+    @envhub.tool
+    async def key(self, keys: str, presses: int = 1) -> str:
+        """Press a key or a combination, e.g. enter, tab, ctrl+s, ctrl+shift+End, F2.
+
+        Args:
+            keys: Key names joined by +, as pyautogui or X name them.
+            presses: How many times, 1 to 100.
+        """
+        if not 1 <= presses <= 100:
+            raise ValueError(f"presses must be between 1 and 100, got {presses}")
+        names = tuple(k for k in keys.split("+") if k) if keys != "+" else ("+",)
+        return await self._do(Keys(names, presses))
+
+    @envhub.tool
+    async def type_text(self, text: str) -> str:
+        """Type text where the keyboard focus is; a newline presses Enter.
+
+        Args:
+            text: The text to type, at most 2000 characters.
+        """
+        if len(text) > 2000:
+            raise ValueError(f"type at most 2000 characters at a time, got {len(text)}")
+        return await self._do(TypeText(text))
+
+    @envhub.tool
+    async def wait(self, seconds: float = 1.0) -> str:
+        """Wait for the screen to change (an app starting, a file saving).
+
+        Args:
+            seconds: How long, 0 to 30.
+        """
+        return await self._do(Wait(seconds))
+
+    @envhub.tool
+    async def pyautogui(self, code: str) -> str:
+        """Act with OSWorld-style pyautogui code, e.g. pyautogui.click(100, 200) or
+        pyautogui.hotkey('ctrl', 's'), one call per line; or WAIT, DONE or FAIL.
+
+        Args:
+            code: The pyautogui calls (literal arguments only; nothing else runs).
+        """
+        parsed = parse(code)
+        for action in parsed.actions:
+            await self._do(action)
+        if parsed.end is not None:
+            self.finished = True
+            return "finished" if parsed.end == "DONE" else "gave up"
+        return f"did {len(parsed.actions)} action(s)"
+
+    @envhub.tool
+    async def done(self) -> str:
+        """Finish the episode. Call it once the task is complete (and saved)."""
+        self.finished = True
+        return "finished"
+
+    # --- the oracle ---------------------------------------------------------------------------------------
+
+    def reference_action(self, messages: list[Message]) -> envhub.Action:
+        """The task's scripted GUI actions, one per turn, then done()."""
+        assert self.episode is not None
+        taken = sum(1 for m in messages if m.role == "assistant")
+        steps = self.episode.oracle
+        if taken >= len(steps):
+            return Message(role="assistant", tool_calls=[ToolCall.create("done", {}, id=f"call_{taken}")])
+        name, arguments = as_tool_call(steps[taken])
+        return Message(role="assistant", tool_calls=[ToolCall.create(name, arguments, id=f"call_{taken}")])
+
+    # --- machinery --------------------------------------------------------------------------------------
+
+    async def _do(self, action: DesktopAction) -> str:
+        for x, y in points(action):
+            if not (0 <= x < self.width and 0 <= y < self.height):
+                raise ValueError(f"({x}, {y}) is outside the {self.width}x{self.height} screen")
+        if self.desktop is None:
+            raise ValueError("no desktop is running: reset the environment first")
+        async with self._lock:
+            await self.desktop.act(action)
+        return action.describe()
+
+    async def _observation(self, prefix: str = "") -> Message:
+        """The screen after the last action: the window list and a screenshot, as one user message."""
+        assert self.desktop is not None
+        if self.settle:
+            await asyncio.sleep(self.settle)
+        windows = await self.desktop.windows()
+        parts: list[TextPart | ImagePart] = [TextPart(text=f"{prefix}Windows:\n{windows or '(none)'}")]
+        if self.screenshot:
+            parts.append(ImagePart(data=await self.desktop.screenshot()))
+        return user(list(parts))
+
+
+def as_tool_call(action: DesktopAction) -> tuple[str, dict[str, Any]]:
+    """The tool call that does `action`: how the oracle plays through the agent's own tools."""
+    if isinstance(action, Keys):
+        return "key", {"keys": "+".join(action.keys), "presses": action.presses}
+    if isinstance(action, TypeText):
+        return "type_text", {"text": action.text}
+    if isinstance(action, Wait):
+        return "wait", {"seconds": action.seconds}
+    if isinstance(action, Click):
+        name = "double_click" if action.count == 2 else "click"
+        return name, {
+            "x": action.x,
+            "y": action.y,
+            **({"button": action.button} if action.count == 1 else {}),
+        }
+    if isinstance(action, MoveTo):
+        return "move", {"x": action.x, "y": action.y}
+    if isinstance(action, Drag):
+        return "drag", {
+            "from_x": action.from_x,
+            "from_y": action.from_y,
+            "to_x": action.to_x,
+            "to_y": action.to_y,
+        }
+    if isinstance(action, Scroll):
+        return "scroll", {"clicks": action.clicks, "x": action.x, "y": action.y}
+    raise TypeError(f"no tool plays {action!r}; use the pyautogui tool for it")

@@ -1,0 +1,18 @@
+"""This package's entry in the hub's index (registry.yaml, written from it by
+`python -m envhub.registry_yaml --write`): what each of its ids is, and which sandbox it runs its code in."""
+
+from envhub.index import Catalog, EnvCard
+
+CATALOG = Catalog(
+    envs={
+        "desktop": EnvCard(
+            description=(
+                "Computer use on a private X11 desktop (Xvfb, openbox, Mousepad, LibreOffice Calc) in the "
+                "local sandbox: screenshots in, pointer/key/pyautogui actions out, graded by saved files."
+            ),
+            default_sandbox="local",
+            data_source="procedural (seeded) files",
+            tags=["computer-use", "desktop", "multimodal", "tool-use", "multi-turn"],
+        ),
+    },
+)
