@@ -20,7 +20,7 @@ command -v debootstrap >/dev/null || packages+=(debootstrap)  # builds the image
 command -v chromium >/dev/null || packages+=(chromium)
 # envs/desktop: each command names the package that brings it (x11-utils: xdpyinfo and xprop).
 for pair in Xvfb:xvfb xdotool:xdotool xdpyinfo:x11-utils xprop:x11-utils openbox:openbox xterm:xterm \
-    mousepad:mousepad soffice:libreoffice-calc; do
+    mousepad:mousepad localc:libreoffice-calc lowriter:libreoffice-writer pcmanfm:pcmanfm; do
     command -v "${pair%%:*}" >/dev/null || packages+=("${pair#*:}")
 done
 

@@ -26,7 +26,7 @@ from envhub_desktop.actions import Click, DesktopAction, Drag, Keys, MoveTo, Scr
 from envhub_desktop.desktop import Desktop
 from envhub_desktop.office import install_profile
 from envhub_desktop.pyautogui import parse
-from envhub_desktop.tasks import TASKS, Episode
+from envhub_desktop.tasks import FAMILIES, TASKS, Episode, Saved, Task
 
 
 class DesktopEnv(envhub.ToolEnv):
@@ -37,6 +37,9 @@ class DesktopEnv(envhub.ToolEnv):
         "visible windows (the focused one marked *). Act with the tools; coordinates are screen pixels "
         "from the top-left corner. Call done() when the task is complete."
     )
+
+    family: str | None = None
+    """The application family whose tasks this id draws (None: every family's); see `tasks.FAMILIES`."""
 
     def __init__(
         self,
@@ -49,8 +52,10 @@ class DesktopEnv(envhub.ToolEnv):
         settle: float = 0.2,
         max_turns: int | None = None,
     ) -> None:
-        if task is not None and task not in TASKS:
-            raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)} (or None for all)")
+        if task is not None and task not in self.tasks:
+            raise ValueError(
+                f"unknown task {task!r}; choose one of {', '.join(self.tasks)} (or None for all of them)"
+            )
         if not 0 <= settle <= 5:
             raise ValueError(f"settle is the pause before each screenshot, 0 to 5 s; got {settle}")
         super().__init__(max_turns=max_turns if max_turns is not None else 30)
@@ -68,18 +73,29 @@ class DesktopEnv(envhub.ToolEnv):
         self._next_loop: asyncio.AbstractEventLoop | None = None
         self._lock = asyncio.Lock()
 
+    @property
+    def tasks(self) -> dict[str, Task]:
+        """The tasks this id may draw: its family's, or every task."""
+        family = FAMILIES[self.family] if self.family is not None else TASKS.values()
+        return {task.name: task for task in family}
+
     # --- episode lifecycle -------------------------------------------------------------------------
 
     async def setup(self, rng: random.Random) -> list[Message]:
         begun = time.monotonic()
         await self._close_desktop()
-        self.drawn = self.task_name or rng.choice(sorted(TASKS))
+        self.drawn = self.task_name or rng.choice(sorted(self.tasks))
         self.episode = episode = TASKS[self.drawn].build(rng)
         self.finished = False
         self.desktop = desktop = await self._take_desktop()
         if self.spare:
             self._start_next()
+        for path in episode.dirs:
+            await desktop.sb.exec(["mkdir", "-p", "--", path])
         for path, content in episode.files.items():
+            parent = path.rsplit("/", 1)[0]
+            if parent and parent != "/work":
+                await desktop.sb.exec(["mkdir", "-p", "--", parent])
             await desktop.sb.write_file(path, content)
         if TASKS[self.drawn].office:
             await install_profile(desktop)
@@ -102,7 +118,10 @@ class DesktopEnv(envhub.ToolEnv):
     def _start_next(self) -> None:
         """Start the next episode's desktop in the background, with the residents of the tasks it may
         draw (LibreOffice for the spreadsheet tasks) already starting on it."""
-        residents = {TASKS[name].resident for name in ([self.task_name] if self.task_name else TASKS)} - {()}
+        residents = {
+            self.tasks[name].resident for name in ([self.task_name] if self.task_name else self.tasks)
+        }
+        residents -= {()}
         self._next_loop = asyncio.get_running_loop()
         self._next = asyncio.create_task(self._spare(sorted(residents)))
 
@@ -167,9 +186,35 @@ class DesktopEnv(envhub.ToolEnv):
         for path in self.episode.reads:
             try:
                 files[path] = await self.desktop.sb.read_file(path)
-            except (FileNotFoundError, PermissionError):
+            except (FileNotFoundError, PermissionError, IsADirectoryError):
                 files[path] = None
-        return float(self.episode.check(files))
+        trees = {path: await self._tree(path) for path in self.episode.trees}
+        return float(self.episode.check(Saved(files, trees)))
+
+    async def _tree(self, path: str) -> frozenset[str] | None:
+        """The paths under a directory, relative, directories ending in `/`; NUL-separated on the wire,
+        so no file name (newlines included) can forge another entry."""
+        assert self.desktop is not None
+        listing = await self.desktop.sb.exec(
+            [
+                "find",
+                path,
+                "-mindepth",
+                "1",
+                "(",
+                "-type",
+                "d",
+                "-printf",
+                "%P/\\0",
+                ")",
+                "-o",
+                "-printf",
+                "%P\\0",
+            ]
+        )
+        if listing.exit_code != 0 or listing.output_truncated:  # a tree too big to list fails the check
+            return None
+        return frozenset(entry for entry in listing.stdout.split("\0") if entry)
 
     @envhub.reward(weight=0.0)
     def actions(self, messages: list[Message]) -> float:
@@ -352,3 +397,33 @@ def as_tool_call(action: DesktopAction) -> tuple[str, dict[str, Any]]:
     if isinstance(action, Scroll):
         return "scroll", {"clicks": action.clicks, "x": action.x, "y": action.y}
     raise TypeError(f"no tool plays {action!r}; use the pyautogui tool for it")
+
+
+class EditorDesktopEnv(DesktopEnv):
+    """`desktop-editor-v0`: the text-editor tasks (Mousepad)."""
+
+    family = "editor"
+
+
+class CalcDesktopEnv(DesktopEnv):
+    """`desktop-calc-v0`: the spreadsheet tasks (LibreOffice Calc)."""
+
+    family = "calc"
+
+
+class TerminalDesktopEnv(DesktopEnv):
+    """`desktop-terminal-v0`: the terminal tasks (xterm)."""
+
+    family = "terminal"
+
+
+class FilesDesktopEnv(DesktopEnv):
+    """`desktop-files-v0`: the file-manager tasks (PCManFM)."""
+
+    family = "files"
+
+
+class WriterDesktopEnv(DesktopEnv):
+    """`desktop-writer-v0`: the word-processor tasks (LibreOffice Writer)."""
+
+    family = "writer"

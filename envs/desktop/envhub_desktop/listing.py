@@ -7,12 +7,28 @@ CATALOG = Catalog(
     envs={
         "desktop": EnvCard(
             description=(
-                "Computer use on a private X11 desktop (Xvfb, openbox, Mousepad, LibreOffice Calc) in the "
-                "local sandbox: screenshots in, pointer/key/pyautogui actions out, graded by saved files."
+                "Computer use on a private X11 desktop (Xvfb, openbox; Mousepad, LibreOffice Calc, Writer, "
+                "xterm, PCManFM) in the local sandbox: screenshots in, pointer/key/pyautogui actions out, "
+                "graded by the files and folders the apps leave."
             ),
             default_sandbox="local",
             data_source="procedural (seeded) files",
             tags=["computer-use", "desktop", "multimodal", "tool-use", "multi-turn"],
         ),
+        **{
+            f"desktop-{family}": EnvCard(
+                description=f"The desktop's {app} tasks alone (see `desktop`).",
+                default_sandbox="local",
+                data_source="procedural (seeded) files",
+                tags=["computer-use", "desktop", "multimodal", "tool-use", "multi-turn"],
+            )
+            for family, app in (
+                ("editor", "text-editor (Mousepad)"),
+                ("calc", "spreadsheet (LibreOffice Calc)"),
+                ("terminal", "terminal (xterm)"),
+                ("files", "file-manager (PCManFM)"),
+                ("writer", "word-processor (LibreOffice Writer)"),
+            )
+        },
     },
 )
