@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import mimetypes
 from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
 
 from rich.console import Console
 from rich.panel import Panel
@@ -17,12 +20,15 @@ from envhub.text_format import render
 STYLES = {"system": "dim", "user": "cyan", "assistant": "green", "tool": "magenta"}
 
 
-def message_panel(message: Message) -> Panel:
+def message_panel(message: Message, image_files: Sequence[Path] = ()) -> Panel:
+    """One message; its images are counted in the title, and named by file when they were saved."""
     body = render([message]) or "(empty)"
     images = len(message.images)
     title = message.role + (f" · {message.name}" if message.name else "")
     if images:
         title += f" · {images} image{'s' if images > 1 else ''}"
+    if image_files:
+        body += "\n" + "\n".join(f"[image] {path}" for path in image_files)
     return Panel(Text(body), title=title, title_align="left", border_style=STYLES[message.role])
 
 
@@ -30,6 +36,26 @@ def print_messages(messages: list[Message], console: Console | None = None) -> N
     console = console or Console()
     for message in messages:
         console.print(message_panel(message))
+
+
+class ImageSaver:
+    """Prints messages like `print_messages` and writes each image to a folder as it arrives, so a
+    terminal user can open the screen an agent saw (`envhub play --images DIR`)."""
+
+    def __init__(self, folder: Path, console: Console | None = None) -> None:
+        self.folder, self.console, self.count = folder, console or Console(), 0
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, messages: list[Message]) -> None:
+        for message in messages:
+            files = []
+            for image in message.images:
+                self.count += 1
+                suffix = mimetypes.guess_extension(image.mime_type) or ".bin"
+                path = self.folder / f"image-{self.count:03d}{suffix}"
+                path.write_bytes(image.data)
+                files.append(path)
+            self.console.print(message_panel(message, files))
 
 
 def episode_header(episode: Episode) -> Text:
