@@ -1,6 +1,9 @@
 """Desktop benchmark: a fresh desktop against a reset with a spare ready, one step, two screenshot routes.
 
-python benchmarks/desktop.py [--runs N] [--steps N] [--launches N]
+python benchmarks/desktop.py [--runs N] [--steps N] [--tasks NAME,...] [--launches N]
+
+Prints one table row per task (by default the first task of each application family) and the machine's
+load average before and after, since the figures move with it.
 
 - fresh: what a reset costs with no spare: sandbox + Xvfb + openbox + the app's window, per app
   (LibreOffice with its prepared profile copied in), and the screen still for 0.5 s, as the env's reset.
@@ -27,7 +30,9 @@ from envhub_desktop.actions import Keys
 from envhub_desktop.desktop import Desktop
 from envhub_desktop.env import DesktopEnv
 from envhub_desktop.office import built_profile, install_profile
-from envhub_desktop.tasks import TASKS
+from envhub_desktop.tasks import FAMILIES, TASKS
+from rich.console import Console
+from rich.table import Table
 
 from envhub.messages import Message, ToolCall
 
@@ -36,6 +41,17 @@ def summary(values: list[float]) -> str:
     ordered = sorted(values)
     middle, top = statistics.median(ordered) * 1000, ordered[-1] * 1000
     return f"median {middle:7.1f} ms  max {top:7.1f} ms  (n={len(ordered)})"
+
+
+def cell(values: list[float]) -> str:
+    """Median and max in milliseconds, for a table cell."""
+    ordered = sorted(values)
+    return f"{statistics.median(ordered) * 1000:.0f} / {ordered[-1] * 1000:.0f}"
+
+
+def load() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 async def fresh(task: str, runs: int) -> list[float]:
@@ -123,22 +139,30 @@ async def launch_twice(seed: int) -> tuple[int, int]:
     return sum(p[0] for p in pairs), sum(p[1] for p in pairs)
 
 
-async def main(runs: int, steps: int, launches: int) -> None:
+async def main(runs: int, steps: int, launches: int, tasks: list[str]) -> None:
     if launches:
         counts = [await launch_twice(i) for i in range(launches // 2)]
         remaps, failures = sum(c[0] for c in counts), sum(c[1] for c in counts)
         print(f"launches: {2 * len(counts)}, remapped {remaps}, failed {failures}")
         return
+    console = Console(width=130)
+    console.print(f"load average before: {load()}")
     begun = time.monotonic()
     await built_profile()
-    print(f"LibreOffice profile build, once per process: {(time.monotonic() - begun) * 1000:.1f} ms")
-    for task in ("editor-append-line", "calc-add-row"):
-        print(f"{task:20s} fresh start  {summary(await fresh(task, runs))}")
+    console.print(f"LibreOffice profile build, once per process: {(time.monotonic() - begun) * 1000:.1f} ms")
+    table = Table(title=f"desktop reset and step, ms (median / max; {runs} resets, {runs * steps} steps)")
+    for column in ("task", "app", "fresh start", "spare reset", "spare / fresh", "step"):
+        table.add_column(column, justify="left" if column in ("task", "app") else "right")
+    for task in tasks:
+        started = await fresh(task, runs)
         resets, step_times = await with_spare(task, runs, steps)
-        print(f"{task:20s} spare reset  {summary(resets)}")
-        print(f"{task:20s} step         {summary(step_times)}  (key + window list + PNG, settle=0)")
+        ratio = statistics.median(resets) / statistics.median(started)
+        table.add_row(task, TASKS[task].app, cell(started), cell(resets), f"{ratio:.2f}x", cell(step_times))
+    console.print(table)
+    console.print("step = one key press + the window list + a PNG screenshot, with settle=0")
     for name, times in (await screenshot_routes(runs * steps)).items():
-        print(f"screenshot: {name:30s} {summary(times)}")
+        console.print(f"screenshot: {name:30s} {summary(times)}")
+    console.print(f"load average after: {load()}")
 
 
 if __name__ == "__main__":
@@ -146,5 +170,14 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--launches", type=int, default=0, help="only count remaps over N app launches")
+    parser.add_argument(
+        "--tasks",
+        default=",".join(family[0].name for family in FAMILIES.values() if family),
+        help="comma-separated task names (default: the first task of each application family)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.runs, args.steps, args.launches))
+    names = [name for name in args.tasks.split(",") if name]
+    unknown = sorted(set(names) - set(TASKS))
+    if unknown:
+        parser.error(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)}")
+    asyncio.run(main(args.runs, args.steps, args.launches, names))
