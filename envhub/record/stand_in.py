@@ -7,12 +7,11 @@ outside its replay, which is a mistake worth a clear error.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from envhub.sandbox.base import Command, Sandbox
+from envhub.sandbox.base import Background, Command, Sandbox
 from envhub.sandbox.policy import IsolationPolicy, IsolationReport
 from envhub.sandbox.results import ExecResult, SandboxError
 
@@ -55,9 +54,7 @@ class ReplaySandbox(Sandbox):
     async def reset(self) -> None:
         """Nothing to wipe: the recording already holds what the next calls answer."""
 
-    async def _spawn(
-        self, argv: list[str], *, env: Mapping[str, str] | None = None
-    ) -> asyncio.subprocess.Process:
+    async def start_background(self, command: Command, *, env: Mapping[str, str] | None = None) -> Background:
         raise _outside()
 
     async def _close(self) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import shlex
 import stat
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import PurePosixPath
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
@@ -75,6 +75,52 @@ def sandbox_path(path: str | PurePosixPath, workdir: str) -> PurePosixPath:
         elif part != ".":
             parts.append(part)
     return PurePosixPath("/", *parts)
+
+
+class Background(ABC):
+    """A program running in a sandbox beside its commands (`Sandbox.start_background`): a session shell,
+    a display server, an interpreter. It lives until it ends, `kill()` stops it, or the sandbox closes;
+    the commands' own clean-up (each `exec` ends by killing what it left running) spares it and what it
+    starts. Only the host holds its pipes. The sandbox's limits (memory, pids, CPU share, no network,
+    seccomp, uid) hold for it as for every command; the per-command wall time does not."""
+
+    stdin: asyncio.StreamWriter
+    stdout: asyncio.StreamReader
+    stderr: asyncio.StreamReader
+
+    @property
+    @abstractmethod
+    def returncode(self) -> int | None:
+        """Its exit status once it has ended (-9 or 137 when killed), else None."""
+
+    @abstractmethod
+    async def wait(self) -> int:
+        """Wait for it to end; its exit status."""
+
+    @abstractmethod
+    async def kill(self) -> None:
+        """Kill it and everything it started in the sandbox; returns once they are gone."""
+
+
+class ProcessBackground(Background):
+    """A background program that is a host process (the local backend's own bubblewrap)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, kill: Callable[[], Awaitable[None]]) -> None:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        self.proc = proc
+        self.stdin, self.stdout, self.stderr = proc.stdin, proc.stdout, proc.stderr
+        self._kill = kill
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    async def wait(self) -> int:
+        return await self.proc.wait()
+
+    async def kill(self) -> None:
+        if self.proc.returncode is None:
+            await self._kill()
 
 
 class Sandbox(ABC):
@@ -184,14 +230,16 @@ class Sandbox(ABC):
             await worker.start()
         return worker
 
-    async def _spawn(
-        self, argv: list[str], *, env: Mapping[str, str] | None = None
-    ) -> asyncio.subprocess.Process:
-        """A long-running process in the sandbox with piped stdin/stdout; used by the persistent worker.
+    async def start_background(self, command: Command, *, env: Mapping[str, str] | None = None) -> Background:
+        """Start a program that outlives the commands around it, with its stdin, stdout and stderr piped
+        to the host: what the persistent Python worker and the desktop's session run in.
 
-        Backends that cannot stream to a live process raise SandboxUnavailable.
+        Backends that cannot keep a live process raise SandboxUnavailable.
         """
-        raise SandboxUnavailable(f"the {self.backend} backend has no persistent worker mode")
+        raise SandboxUnavailable(
+            f"the {self.backend} backend cannot run a background program (no persistent worker); "
+            "use the local or docker backend"
+        )
 
     @property
     def closed(self) -> bool:

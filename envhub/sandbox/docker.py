@@ -29,7 +29,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from envhub.sandbox import owner, seccomp
-from envhub.sandbox.base import MAX_TREE_DEPTH, Command, Sandbox, not_regular, sandbox_path, to_argv
+from envhub.sandbox.base import (
+    MAX_TREE_DEPTH,
+    Background,
+    Command,
+    Sandbox,
+    not_regular,
+    sandbox_path,
+    to_argv,
+)
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport, MiB
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
 
@@ -42,9 +50,45 @@ CONTAINER_USER = "65534:65534"
 EXEC_USER = "65533:65533"
 SPARE_KEEPER = "65532:65532"
 """The init's uid in writable_image mode when the image's own user is CONTAINER_USER's."""
-_REAP = '"$@"; rc=$?; kill -9 -1 2>/dev/null; exit $rc'
+_REAP = (
+    'keep=$1; spare=$2; shift 2; "$@"; rc=$?; '
+    'if [ -z "$keep" ]; then kill -9 -1 2>/dev/null; exit $rc; fi; '
+    "i=0; while [ $i -lt 500 ]; do i=$((i + 1)); found=; "
+    'for p in $(cat /proc/[0-9]*/stat 2>/dev/null | awk -v keep="$keep" -v me=$$ "$spare"); do '
+    'kill -9 "$p" 2>/dev/null && found=1; done; [ -n "$found" ] || break; done; exit $rc'
+)
 """Wraps every command: afterwards, kill whatever it left running (every EXEC_USER process but this
-shell), as the local backend's pid namespace does; the init survives, owned by another uid."""
+shell), as the local backend's pid namespace does; the init survives, owned by another uid. While
+background programs run (`keep`: their roots, as pid:start-time), everything else is killed, in passes
+until a pass finds nothing left to kill (what forked during one is caught by the next): see `_SPARE`."""
+_SPARE = r"""
+{ s = $0; sub(/.*\) /, "", s); split(s, f, " "); pid = $1 + 0
+  state[pid] = f[1]; parent[pid] = f[2] + 0; id[pid] = pid ":" f[20] }
+END {
+  n = split(keep, k, " "); for (i = 1; i <= n; i++) kept[k[i]] = 1
+  for (pid in parent) {
+    if (pid + 0 == me || pid + 0 == 1 || state[pid] == "Z") continue
+    spare = 0; q = pid + 0
+    for (hops = 0; q > 1 && hops < 65536; hops++) {
+      if (id[q] in kept) { spare = 1; break }
+      if (!(q in parent)) break
+      q = parent[q]
+    }
+    if (!spare) print pid
+  }
+}"""
+"""Which processes the clean-up kills, given every /proc/PID/stat: all but the background programs'
+roots and their descendants. A root is named by its pid and its start time (field 22), which no other
+process can take, so a command cannot pass for one; and a process's parent is its creator (or the init,
+once orphaned), so a command cannot put itself under one. What a background program starts and then
+orphans (a double-forking daemon) is no longer its descendant and goes at the next command's end."""
+_BACKGROUND = (
+    "printf 'envhub-background %s\\n' \"$(awk -v me=$$ "
+    '\'$1 == me { s = $0; sub(/.*\\) /, "", s); split(s, f, " "); print me ":" f[20] }\' '
+    '/proc/$$/stat)"; exec "$@"'
+)
+"""Starts a background program: its first line says its root's pid:start-time, then it execs argv."""
+BACKGROUND_START_S = 30.0
 LABEL = "envhub.sandbox"
 OWNER_LABEL = owner.MARK_PID
 """The pid of the process that made the container: what a leak check on a shared engine looks at."""
@@ -128,6 +172,8 @@ class DockerSandbox(Sandbox):
         """Who commands run as: EXEC_USER, or the image's own user in writable_image mode."""
         self._fork_image: str | None = None
         """The image committed for this sandbox when it was forked from another; removed with it."""
+        self._keep: set[str] = set()
+        """The running background programs' roots (pid:start-time), which the commands' clean-up spares."""
 
     @classmethod
     async def create(cls, policy: IsolationPolicy, *, image: str | None = None) -> DockerSandbox:
@@ -203,7 +249,20 @@ class DockerSandbox(Sandbox):
         from docker.utils.socket import frames_iter
 
         api = self._client.api
-        wrapped = ["sh", "-c", _REAP, "envhub-exec", "timeout", "-s", "KILL", f"{limit:.3f}s", *argv]
+        keep = " ".join(sorted(self._keep))
+        wrapped = [
+            "sh",
+            "-c",
+            _REAP,
+            "envhub-exec",
+            keep,
+            _SPARE,
+            "timeout",
+            "-s",
+            "KILL",
+            f"{limit:.3f}s",
+            *argv,
+        ]
         exec_id = api.exec_create(
             self._container.id,
             wrapped,
@@ -311,6 +370,52 @@ class DockerSandbox(Sandbox):
             if path is not None:
                 with contextlib.suppress(OSError):
                     path.write_text("0")
+
+    # -- background programs --------------------------------------------------------------------------
+
+    async def start_background(self, command: Command, *, env: Mapping[str, str] | None = None) -> Background:
+        """A `docker exec` that stays: its root (pid:start-time) joins `_keep`, so the commands' clean-up
+        spares it and its descendants; its stdin, stdout and stderr stream over the exec's socket.
+
+        Started under the commands' lock: no command's clean-up can run before it is kept."""
+        self._check_open()
+        argv = to_argv(command)
+        async with self._lock:
+            exec_id, sock = await asyncio.to_thread(self._start_exec, argv, env or {})
+            background = await ExecBackground.open(self, exec_id, sock)
+            line = b""
+            with contextlib.suppress(TimeoutError, ValueError):
+                line = await asyncio.wait_for(background.stdout.readline(), BACKGROUND_START_S)
+            root = line.decode(errors="replace").removeprefix("envhub-background ").strip()
+            if line.startswith(b"envhub-background ") and ":" in root:
+                background.root = root
+                self._keep.add(root)
+                return background
+        await asyncio.shield(self._run(["true"]))  # not kept: this command's clean-up kills it
+        raise SandboxError(
+            f"the background program did not start in the container (it said {line[:200]!r}); "
+            f"the image {self.image} needs sh and awk"
+        )
+
+    def _start_exec(self, argv: list[str], env: Mapping[str, str]) -> tuple[str, Any]:
+        api = self._client.api
+        exec_id = api.exec_create(
+            self._container.id,
+            ["sh", "-c", _BACKGROUND, "envhub-background", *argv],
+            stdin=True,
+            stdout=True,
+            stderr=True,
+            environment=dict(env),
+            workdir=self.policy.workdir,
+            user=self.exec_user,
+        )["Id"]
+        return exec_id, api.exec_start(exec_id, socket=True)
+
+    async def _stop_background(self, root: str) -> None:
+        """No longer spared: the clean-up after one more command kills its whole tree."""
+        self._keep.discard(root)
+        if not self._closed:
+            await self._run(["true"])
 
     # -- files ----------------------------------------------------------------------------------------
 
@@ -610,3 +715,101 @@ def _extract(data: bytes, name: str, dest: Path) -> None:
             member.name = member.name[len(prefix) :]
             if member.name:
                 tar.extract(member, dest, filter="data")
+
+
+class _StdinWriter(asyncio.StreamWriter):
+    """The exec socket's writing half: `close()` sends EOF (a half-close), as closing a pipe would, and
+    leaves the program's output streams open; the socket itself closes when the program ends."""
+
+    def close(self) -> None:
+        if not self.transport.is_closing() and self.can_write_eof():
+            with contextlib.suppress(OSError):
+                self.write_eof()
+
+
+class ExecBackground(Background):
+    """A background program in a container: a kept `docker exec` whose socket carries its stdin (raw)
+    and its stdout and stderr (Docker's 8-byte-header frames, split here into two streams).
+
+    Hand-written framing rather than the SDK's `frames_iter`: that one blocks a thread per read, and the
+    streams must be asyncio's, read as lines while the program runs."""
+
+    def __init__(
+        self,
+        sandbox: DockerSandbox,
+        exec_id: str,
+        sdk_sock: Any,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self._sandbox = sandbox
+        self._exec_id = exec_id
+        self._sdk_sock = sdk_sock  # held: closing the SDK's wrapper would close the connection under us
+        self.root = ""
+        self._returncode: int | None = None
+        limit = 4 * sandbox.policy.max_output_bytes + 65536
+        self._writer = writer  # held: a collected StreamWriter closes its transport
+        protocol = writer.transport.get_protocol()
+        self.stdin = _StdinWriter(writer.transport, protocol, reader, asyncio.get_running_loop())
+        self.stdout = asyncio.StreamReader(limit=limit)
+        self.stderr = asyncio.StreamReader(limit=limit)
+        self._ended = asyncio.Event()
+        self._pump = asyncio.create_task(self._read(reader))
+
+    @classmethod
+    async def open(cls, sandbox: DockerSandbox, exec_id: str, sdk_sock: Any) -> ExecBackground:
+        raw: socket.socket = sdk_sock._sock.dup()
+        reader, writer = await asyncio.open_connection(sock=raw, limit=1 << 20)
+        return cls(sandbox, exec_id, sdk_sock, reader, writer)
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                header = await reader.readexactly(8)
+                size = int.from_bytes(header[4:8], "big")
+                data = await reader.readexactly(size) if size else b""
+                (self.stderr if header[0] == 2 else self.stdout).feed_data(data)
+        except (asyncio.IncompleteReadError, OSError):
+            pass
+        finally:
+            self.stdout.feed_eof()
+            self.stderr.feed_eof()
+            self.stdin.transport.abort()
+            with contextlib.suppress(OSError):
+                self._sdk_sock.close()
+            self._sandbox._keep.discard(self.root)  # its pid may be another process's next
+            self._returncode = await self._exit_code()
+            self._ended.set()
+
+    async def _exit_code(self) -> int:
+        """The exec's exit status once Docker has it; -9 when the container went (a closed sandbox)."""
+        for _ in range(50):
+            try:
+                info = await asyncio.to_thread(self._sandbox._client.api.exec_inspect, self._exec_id)
+            except Exception:
+                return -9
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            await asyncio.sleep(0.1)
+        return -9
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
+
+    async def wait(self) -> int:
+        await self._ended.wait()
+        assert self._returncode is not None
+        return self._returncode
+
+    async def kill(self) -> None:
+        if self._ended.is_set():
+            return
+        await self._sandbox._stop_background(self.root)
+        try:
+            await asyncio.wait_for(self._ended.wait(), HOST_GRACE_S)
+        except TimeoutError:
+            raise SandboxError(
+                f"a background program (root {self.root}) did not end within {HOST_GRACE_S:g} s of its "
+                "kill; close this sandbox and open a new one"
+            ) from None

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 from envhub.sandbox import seccomp
-from envhub.sandbox.base import Command, Sandbox, sandbox_path, to_argv
+from envhub.sandbox.base import Background, Command, ProcessBackground, Sandbox, sandbox_path, to_argv
 from envhub.sandbox.bwrap import (
     DEFAULT_PATH,
     ETC_FILES,
@@ -465,14 +465,15 @@ class LocalSandbox(Sandbox):
         assert proc.returncode is not None
         return Outcome(proc.returncode, timed_out, out.data, err.data, out.cut or err.cut)
 
-    async def _spawn(
-        self, argv: list[str], *, env: Mapping[str, str] | None = None
-    ) -> asyncio.subprocess.Process:
+    async def start_background(self, command: Command, *, env: Mapping[str, str] | None = None) -> Background:
+        """A bubblewrap of its own beside the exec server's: the slot's uid and cgroups, the same scratch
+        (workdir, /tmp, /dev/shm) and policy, its own pid and network namespaces, so no command's clean-up
+        reaches it; no RLIMIT_CPU (it would cap the whole session, not a call)."""
         proc, status_r = await self._start(
-            argv, env=env, cwd=None, stdin=asyncio.subprocess.PIPE, persistent=True
+            to_argv(command), env=env, cwd=None, stdin=asyncio.subprocess.PIPE, persistent=True
         )
         self._status_fds[proc] = status_r
-        return proc
+        return ProcessBackground(proc, functools.partial(self._kill, proc))
 
     def _reap_later(self, status: dict[str, Any]) -> None:
         task = asyncio.create_task(self._reap_init(status))

@@ -22,12 +22,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from pydantic import ValidationError
 
 from envhub.sandbox.policy import IsolationPolicy
 from envhub.sandbox.results import ExecResult, SandboxError
+
+if TYPE_CHECKING:
+    from envhub.sandbox.base import Background  # base builds the worker: imported for types only
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,7 @@ def _short(value: object) -> str:
 
 
 class Spawner(Protocol):
-    """What the worker needs of its sandbox: the policy's limits and a piped process inside it.
+    """What the worker needs of its sandbox: the policy's limits and a background program inside it.
 
     Named here rather than taken as `Sandbox`, since `Sandbox.python()` builds the worker: the sandbox
     module imports this one, and this one needs nothing of it.
@@ -75,9 +78,9 @@ class Spawner(Protocol):
 
     policy: IsolationPolicy
 
-    async def _spawn(
-        self, argv: list[str], *, env: Mapping[str, str] | None = None
-    ) -> asyncio.subprocess.Process: ...
+    async def start_background(
+        self, command: list[str], *, env: Mapping[str, str] | None = None
+    ) -> Background: ...
 
 
 class PythonWorker:
@@ -89,7 +92,7 @@ class PythonWorker:
     def __init__(self, sandbox: Spawner, *, python: str = "python3") -> None:
         self._sandbox = sandbox
         self._python = python
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: Background | None = None
         self._lock = asyncio.Lock()
         self._stderr_task: asyncio.Task[bytes] | None = None
         self.restarts = 0
@@ -105,7 +108,7 @@ class PythonWorker:
 
     async def start(self) -> None:
         cap = self._sandbox.policy.max_output_bytes
-        proc = await self._sandbox._spawn([self._python, "-I", "-u", "-c", _SERVER, str(cap)])
+        proc = await self._sandbox.start_background([self._python, "-I", "-u", "-c", _SERVER, str(cap)])
         self._proc = proc
         assert proc.stderr is not None and proc.stdout is not None
         self._stderr_task = asyncio.create_task(_tail(proc.stderr))
@@ -235,13 +238,7 @@ class PythonWorker:
         proc = self._proc
         if proc is None or proc.returncode is not None:
             return
-        kill = getattr(self._sandbox, "_kill", None)
-        if kill is not None:
-            await kill(proc)
-        else:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+        await proc.kill()
 
     async def _stderr_text(self) -> str:
         if self._stderr_task is None:
