@@ -85,7 +85,7 @@ class DesktopEnv(envhub.ToolEnv):
         begun = time.monotonic()
         await self._close_desktop()
         self.drawn = self.task_name or rng.choice(sorted(self.tasks))
-        self.episode = episode = TASKS[self.drawn].build(rng)
+        self.episode = episode = self.tasks[self.drawn].build(rng)
         self.finished = False
         self.desktop = desktop = await self._take_desktop()
         if self.spare:
@@ -97,7 +97,7 @@ class DesktopEnv(envhub.ToolEnv):
             if parent and parent != "/work":
                 await desktop.sb.exec(["mkdir", "-p", "--", parent])
             await desktop.sb.write_file(path, content)
-        if TASKS[self.drawn].office:
+        if self.tasks[self.drawn].office:
             await install_profile(desktop)
         await desktop.launch(episode.app, window=episode.window, within=90)
         await desktop.wait_still()
@@ -141,7 +141,7 @@ class DesktopEnv(envhub.ToolEnv):
         timings = self.desktop.timings if self.desktop is not None else None
         return {
             "task": self.drawn,
-            "app": TASKS[self.drawn].app if self.drawn else "",
+            "app": self.tasks[self.drawn].app if self.drawn else "",
             "reset_seconds": round(self.reset_seconds, 3),
             "spare": self.used_spare,
             "app_start_seconds": round(sum(timings.apps.values()), 3) if timings else 0.0,
@@ -189,7 +189,15 @@ class DesktopEnv(envhub.ToolEnv):
             except (FileNotFoundError, PermissionError, IsADirectoryError):
                 files[path] = None
         trees = {path: await self._tree(path) for path in self.episode.trees}
-        return float(self.episode.check(Saved(files, trees)))
+        modes = {path: await self._mode(path) for path in self.episode.modes}
+        return float(self.episode.check(Saved(files, trees, modes)))
+
+    async def _mode(self, path: str) -> int | None:
+        """A regular file's permission bits (find does not follow a symlink: one reads as None)."""
+        assert self.desktop is not None
+        found = await self.desktop.sb.exec(["find", path, "-maxdepth", "0", "-type", "f", "-printf", "%m"])
+        text = found.stdout.strip()
+        return int(text, 8) if found.exit_code == 0 and text.isdigit() else None
 
     async def _tree(self, path: str) -> frozenset[str] | None:
         """The paths under a directory, relative, directories ending in `/`; NUL-separated on the wire,

@@ -29,6 +29,9 @@ class Saved:
     trees: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
     """Each of the episode's `trees`: the paths under it, relative, directories ending in `/` (None when
     the directory is missing)."""
+    modes: Mapping[str, int | None] = field(default_factory=dict)
+    """Each of the episode's `modes`: its permission bits (0o755), or None when it is missing or not a
+    regular file."""
 
     def text(self, path: str) -> str | None:
         """The file as UTF-8 text, or None when it is missing or not text."""
@@ -63,6 +66,8 @@ class Episode:
     """Directories whose trees the checker reads (the file manager's and the terminal's tasks)."""
     dirs: tuple[str, ...] = ()
     """Empty directories made before the app starts."""
+    modes: tuple[str, ...] = ()
+    """Files whose permission bits the checker reads (the terminal's chmod task)."""
 
 
 @dataclass(frozen=True)
