@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from envhub.sandbox import Sandbox
 from envhub.sandbox.base import Background
 from tests.sandbox.conftest import open_backend
@@ -16,7 +14,7 @@ HELD = "until ! flock -n {lock} true; do sleep 0.01; done"
 command (the local backend's background runs in a pid namespace of its own, so pids do not tell)."""
 SESSION = r"""
 flock /tmp/session.lock sleep 300 &
-%s
+HELD
 echo "ready $(id -u)"
 while IFS= read -r line; do
     case $line in
@@ -28,7 +26,7 @@ while IFS= read -r line; do
 done
 echo "stdin closed" >&2
 exit 3
-""" % HELD.format(lock="/tmp/session.lock")
+""".replace("HELD", HELD.format(lock="/tmp/session.lock"))
 
 
 async def alive(sb: Sandbox, *locks: str) -> list[str]:
