@@ -85,7 +85,7 @@ class DesktopEnv(envhub.ToolEnv):
         begun = time.monotonic()
         await self._close_desktop()
         self.drawn = self.task_name or rng.choice(sorted(self.tasks))
-        self.episode = episode = TASKS[self.drawn].build(rng)
+        self.episode = episode = self.tasks[self.drawn].build(rng)
         self.finished = False
         self.desktop = desktop = await self._take_desktop()
         if self.spare:
@@ -97,7 +97,7 @@ class DesktopEnv(envhub.ToolEnv):
             if parent and parent != "/work":
                 await desktop.sb.exec(["mkdir", "-p", "--", parent])
             await desktop.sb.write_file(path, content)
-        if TASKS[self.drawn].office:
+        if self.tasks[self.drawn].office:
             await install_profile(desktop)
         await desktop.launch(episode.app, window=episode.window, within=90)
         await desktop.wait_still()
@@ -141,7 +141,7 @@ class DesktopEnv(envhub.ToolEnv):
         timings = self.desktop.timings if self.desktop is not None else None
         return {
             "task": self.drawn,
-            "app": TASKS[self.drawn].app if self.drawn else "",
+            "app": self.tasks[self.drawn].app if self.drawn else "",
             "reset_seconds": round(self.reset_seconds, 3),
             "spare": self.used_spare,
             "app_start_seconds": round(sum(timings.apps.values()), 3) if timings else 0.0,

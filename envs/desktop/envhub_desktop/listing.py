@@ -15,6 +15,17 @@ CATALOG = Catalog(
             data_source="procedural (seeded) files",
             tags=["computer-use", "desktop", "multimodal", "tool-use", "multi-turn"],
         ),
+        "desktop-osworld": EnvCard(
+            description=(
+                "The user's own tasks in OSWorld's JSON format (tasks=<file or folder>) on the same desktop: "
+                "local set-up files, open/launch of the desktop's apps, a subset of OSWorld's file "
+                "evaluators (exact_match, check_include_exclude, check_list, compare_text_file, compare_csv, "
+                "check_csv, compare_table)."
+            ),
+            default_sandbox="local",
+            data_source="the user's OSWorld-style task files",
+            tags=["computer-use", "desktop", "multimodal", "tool-use", "multi-turn", "osworld"],
+        ),
         **{
             f"desktop-{family}": EnvCard(
                 description=f"The desktop's {app} tasks alone (see `desktop`).",
