@@ -3,10 +3,10 @@ reads only the files, directory trees and file modes left behind."""
 
 from __future__ import annotations
 
-import gzip
 import io
 import random
 import tarfile
+import zlib
 from collections.abc import Mapping
 
 from envhub_desktop.actions import DesktopAction, TypeText, Wait
@@ -20,6 +20,9 @@ WINDOW = f"^{TITLE}$"
 ANY_ROUTE = "Any route counts: use whatever shell commands you like."
 MAX_ARCHIVE_MEMBERS = 64
 """A tar with more members than this fails the check unread (the task's archive has a handful)."""
+MAX_ARCHIVE_BYTES = 1 << 20
+"""An archive that unpacks to more than this fails the check; the task's is a few kB (no bomb is
+unpacked whole)."""
 
 
 def shell(*commands: str, wait: float = 1.0) -> list[DesktopAction]:
@@ -163,17 +166,29 @@ def rename_ext(rng: random.Random) -> Episode:
     )
 
 
+def gunzip(data: bytes) -> bytes | None:
+    """One whole gzip member and nothing after it (as `tar xzf` wants), at most MAX_ARCHIVE_BYTES
+    unpacked; None otherwise."""
+    unpack = zlib.decompressobj(wbits=31)  # 31: the gzip container, nothing else
+    try:
+        raw = unpack.decompress(data, MAX_ARCHIVE_BYTES)
+    except zlib.error:
+        return None
+    return raw if unpack.eof and not unpack.unused_data and not unpack.unconsumed_tail else None
+
+
 def _archive_holds(path: str, expected: Mapping[str, str], dirs: frozenset[str]) -> Check:
     """A gzip tar holding exactly these files (member name -> text) and no other file; directory members
-    only of these directories. Members are read only up to their expected size (no bomb is unpacked)."""
+    only of these directories."""
 
     def check(saved: Saved) -> bool:
         data = saved.files.get(path)
-        if data is None:
+        raw = gunzip(data) if data is not None else None
+        if raw is None:
             return False
         found: dict[str, str] = {}
         try:
-            with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
                 for count, member in enumerate(tar):
                     name = member.name.removeprefix("./").rstrip("/")
                     if count >= MAX_ARCHIVE_MEMBERS or name in found:
@@ -187,7 +202,7 @@ def _archive_holds(path: str, expected: Mapping[str, str], dirs: frozenset[str])
                     if stream is None:
                         return False
                     found[name] = stream.read(member.size).decode()
-        except (tarfile.TarError, gzip.BadGzipFile, EOFError, OSError, UnicodeDecodeError, ValueError):
+        except (tarfile.TarError, EOFError, OSError, UnicodeDecodeError, ValueError):
             return False
         return found == dict(expected)
 
