@@ -102,20 +102,20 @@ def spoiled(saved: Saved) -> Iterator[tuple[str, Saved]]:
             yield f"{path} {how}", Saved({**saved.files, path: bad}, saved.trees, saved.modes)
     for path, tree in saved.trees.items():
         assert tree is not None
-        for how, bad in (
+        for how, bad_tree in (
             ("missing", None),
             ("short", tree - {max(tree)}),
             ("longer", tree | {"stray.txt"}),
         ):
-            yield f"{path} {how}", Saved(saved.files, {**saved.trees, path: bad}, saved.modes)
+            yield f"{path} {how}", Saved(saved.files, {**saved.trees, path: bad_tree}, saved.modes)
     for path, mode in saved.modes.items():
         assert mode is not None
-        for how, bad in (
+        for how, bad_mode in (
             ("missing", None),
             ("owner x flipped", mode ^ 0o100),
             ("other r flipped", mode ^ 0o004),
         ):
-            yield f"{path} {how}", Saved(saved.files, saved.trees, {**saved.modes, path: bad})
+            yield f"{path} {how}", Saved(saved.files, saved.trees, {**saved.modes, path: bad_mode})
 
 
 @pytest.mark.parametrize("name", TERMINAL)
