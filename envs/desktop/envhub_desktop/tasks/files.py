@@ -90,23 +90,23 @@ def _episode(goal: str, root: str, start: Tree, end: Tree, oracle: list[DesktopA
 
 def select(name: str) -> list[DesktopAction]:
     """Select one item of the open folder by typing its name (type-ahead), then close the search popup."""
-    return [TypeText(name), Wait(0.3), Keys(("Escape",))]
+    return [TypeText(name), Keys(("Escape",))]
 
 
 def open_folder(path: str) -> list[DesktopAction]:
     return [Keys(("ctrl", "l")), TypeText(path + "\n"), Wait(0.6)]
 
 
-def transfer(name: str, src: str, dst: str, *, copy: bool = False) -> list[DesktopAction]:
-    """Cut (or copy) `name` from the folder `src` (open now) and paste it into `dst`; back to `src`."""
-    return [
-        *select(name),
-        Keys(("ctrl", "c" if copy else "x")),
-        *open_folder(dst),
-        Keys(("ctrl", "v")),
-        Wait(0.8),
-        *open_folder(src),
-    ]
+def transfer(names: list[str], src: str, dst: str, *, copy: bool = False) -> list[DesktopAction]:
+    """Cut (or copy) each of `names` from the folder `src` (open now) and paste it into `dst`, one at a
+    time (type-ahead selects one item), going back to `src` between them. An episode has 30 turns by
+    default: the steps are few, and the only pauses are where a folder changes (and the last paste)."""
+    steps: list[DesktopAction] = []
+    for i, name in enumerate(names):
+        if i:
+            steps += open_folder(src)
+        steps += [*select(name), Keys(("ctrl", "c" if copy else "x")), *open_folder(dst), Keys(("ctrl", "v"))]
+    return [*steps, Wait(0.8)]
 
 
 def create(kind: str, name: str) -> list[DesktopAction]:
@@ -142,9 +142,7 @@ def folder_and_move(rng: random.Random) -> Episode:
     end: dict[str, str | None] = {n: c for n, c in start.items() if n not in moved}
     end[folder] = None
     end.update({f"{folder}/{n}": start[n] for n in moved})
-    oracle = create("folder", folder)
-    for name in moved:
-        oracle += transfer(name, root, f"{root}/{folder}")
+    oracle = [*create("folder", folder), *transfer(moved, root, f"{root}/{folder}")]
     return _episode(
         f"Make a new folder `{folder}` in {root} and move the files `{moved[0]}` and `{moved[1]}` into it.",
         root,
@@ -165,7 +163,7 @@ def copy_into(rng: random.Random) -> Episode:
     start[f"{sub}/{inside}"] = _content(rng)
     name = rng.choice(sorted(n for n, c in start.items() if "/" not in n and c is not None))
     end = {**start, f"{sub}/{name}": start[name]}
-    oracle = transfer(name, root, f"{root}/{sub}", copy=True)
+    oracle = transfer([name], root, f"{root}/{sub}", copy=True)
     return _episode(
         f"Copy the file `{name}` into the folder `{sub}` (keep the original where it is).",
         root,
@@ -195,9 +193,7 @@ def move_by_extension(rng: random.Random) -> Episode:
     matching = sorted(names[:k])
     end = {n: c for n, c in start.items() if n not in matching}
     end.update({f"{folder}/{n}": start[n] for n in matching})
-    oracle: list[DesktopAction] = []
-    for name in matching:
-        oracle += transfer(name, root, f"{root}/{folder}")
+    oracle = transfer(matching, root, f"{root}/{folder}")
     return _episode(
         f"Move every `.{ext}` file of {root} into its folder `{folder}`; leave the other files where "
         "they are.",
@@ -226,7 +222,7 @@ def move_up(rng: random.Random) -> Episode:
     start.update({sub: None, f"{sub}/{name}": _content(rng), f"{sub}/{left}": _content(rng)})
     end = {n: c for n, c in start.items() if n != f"{sub}/{name}"}
     end[name] = start[f"{sub}/{name}"]
-    oracle = [*open_folder(f"{root}/{sub}"), *transfer(name, f"{root}/{sub}", root)]
+    oracle = [*open_folder(f"{root}/{sub}"), *transfer([name], f"{root}/{sub}", root)]
     return _episode(
         f"Move the file `{name}` out of the folder `{sub}` into {root} itself (the folder above it).",
         root,
