@@ -184,7 +184,7 @@ class DockerSandbox(Sandbox):
             container, exec_user = await asyncio.to_thread(cls._run_container, client, policy, image)
         except Exception as exc:
             client.close()
-            if "No such image" in str(exc) or "not found" in str(exc).lower():
+            if _missing_image(exc):
                 raise SandboxUnavailable(
                     f"image {image} is not on this Docker engine and no registry is assumed: build it "
                     f"(sandboxes/python/build.sh for {DEFAULT_IMAGE}) or `docker pull {image}` where its "
@@ -632,6 +632,16 @@ class DockerSandbox(Sandbox):
 _TAR_AREA = 'cd "$1" && find . -mindepth 1 -maxdepth 1 -print0 | tar -c --sparse --null -T - -f -'
 """A tar of what is in the area, not of the area itself: the child's own mount point keeps its owner
 and mode (which its command user could not change)."""
+
+
+def _missing_image(exc: BaseException | None) -> bool:
+    """Whether the engine lacked the image: said by the error, or by the one before it (a missing image
+    is pulled, and where no registry is reachable the pull's error is the one raised)."""
+    while exc is not None:
+        if "No such image" in str(exc) or "not found" in str(exc).lower():
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _remove_image(client: docker.DockerClient, image: str) -> None:

@@ -1,15 +1,17 @@
-"""A private X11 desktop inside one local sandbox: Xvfb, a window manager, and the apps a task starts.
+"""A private X11 desktop inside one sandbox: Xvfb, a window manager, and the apps a task starts.
 
-Everything runs inside the sandbox's namespaces, as the sandbox's uid, under its cgroup limits: the X
-server listens only on a unix socket in the sandbox's own /tmp (no TCP; its abstract socket lives in the
-sandbox's empty network namespace), so no other sandbox and no host program reaches it, and an app (a
-terminal included) sees the same nothing-of-the-host as any sandboxed command.
+Everything runs inside the sandbox, as the sandbox's uid, under its limits: the X server listens only on
+a unix socket in the sandbox's own /tmp (no TCP; the sandbox has no network), so no other sandbox and no
+host program reaches it, and an app (a terminal included) sees the same nothing-of-the-host as any
+sandboxed command. Two backends: `local` (bubblewrap; the host's /usr and the DESKTOP_ETC configuration,
+bound read-only) and `docker` (a container of the DESKTOP_IMAGE, sandboxes/desktop/build.sh, which holds
+the apps and their configuration: nothing of the host is inside).
 
-Why a session process: the sandbox's exec server kills whatever a command leaves running when it ends,
-so the X server and the apps run under one long-lived process of their own (the sandbox's persistent
-`_spawn`, the one the Python worker uses), a shell that starts each line the host writes to its stdin as
-a background program. Only the host holds that pipe. Input (xdotool) and window queries are ordinary
-commands through the exec server; they reach the display through the socket in the shared /tmp.
+Why a session process: each sandbox command ends by killing whatever it left running, so the X server
+and the apps run under one long-lived program of their own, a background program of the sandbox
+(`Sandbox.start_background`, which the commands' clean-up spares): a shell that starts each line the
+host writes to its stdin as a background program. Only the host holds that pipe. Input (xdotool) and
+window queries are ordinary commands; they reach the display through the socket in the shared /tmp.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import envhub.sandbox as sandbox
 from envhub.core import InfrastructureError
 from envhub.sandbox import IsolationPolicy, Sandbox
+from envhub.sandbox.base import Background
 from envhub_desktop.actions import DesktopAction, Wait, commands
 from envhub_desktop.xwd import xwd_to_png
 
@@ -34,6 +38,10 @@ STATE_DIR = "/tmp/.desktop"
 FRAMEBUFFER = f"{STATE_DIR}/Xvfb_screen0"
 REMAP_AFTER_S = 3.0
 """How long an app's window may stay unmapped after its launch before it is asked to map again."""
+Backend = Literal["local", "docker"]
+BACKENDS: tuple[Backend, ...] = ("local", "docker")
+DESKTOP_IMAGE = os.environ.get("ENVHUB_DESKTOP_IMAGE", "envhub/desktop:bookworm")
+"""The docker backend's image: Debian's X11 stack and apps, built by sandboxes/desktop/build.sh."""
 DESKTOP_ETC = ("/etc/fonts", "/etc/X11", "/etc/xdg/openbox", "/etc/libreoffice")
 """Host configuration the desktop's programs read, bound read-only: fontconfig's (without it no font
 is found and text renders as boxes), X's keyboard maps and app defaults (xterm's), openbox's rc.xml, and
@@ -55,15 +63,17 @@ def desktop_policy(
     cpus: float = 1.0,
     disk_mb: int = 512,
     wall_time_s: float = 60.0,
+    backend: Backend = "local",
 ) -> IsolationPolicy:
     """The desktop's own policy: what the default policy for code lacks, and only that, for desktops only.
 
     More memory (LibreOffice Calc with a document peaks near 400 MiB, Xvfb's framebuffer lives in the
     scratch tmpfs and counts too), more tasks (LibreOffice alone runs ~40 threads, each counted by
     `pids`), a larger scratch area (a LibreOffice profile is ~10 MiB), and the read-only /etc binds of
-    DESKTOP_ETC. Network stays off; seccomp and every other control are the default's.
+    DESKTOP_ETC for the local backend (the docker image has its own). Network stays off; seccomp and
+    every other control are the default's.
     """
-    binds = {path: path for path in DESKTOP_ETC if os.path.exists(path)}
+    binds = {path: path for path in DESKTOP_ETC if os.path.exists(path)} if backend == "local" else {}
     return IsolationPolicy(
         memory_mb=memory_mb,
         pids=pids,
@@ -122,14 +132,21 @@ class Desktop:
         height: int = 800,
         policy: IsolationPolicy | None = None,
         start_timeout: float = 30.0,
+        backend: Backend = "local",
+        image: str | None = None,
     ) -> None:
         if not (320 <= width <= 3840 and 240 <= height <= 2160):
             raise ValueError(f"the screen must be 320x240 to 3840x2160 pixels, got {width}x{height}")
+        if backend not in BACKENDS:
+            raise ValueError(f"the desktop runs on the local or docker backend, not {backend!r}")
         self.width, self.height = width, height
-        self.policy = policy or desktop_policy()
+        self.backend: Backend = backend
+        self.image = image or DESKTOP_IMAGE
+        """The docker backend's image (unused by local)."""
+        self.policy = policy or desktop_policy(backend=backend)
         self.start_timeout = start_timeout
         self.sandbox: Sandbox | None = None
-        self._session: asyncio.subprocess.Process | None = None
+        self._session: Background | None = None
         self.timings = Timings()
         self.remaps = 0
         self.office_profile = False
@@ -139,28 +156,39 @@ class Desktop:
     async def start(self) -> Desktop:
         """Open the sandbox and bring up the display and the window manager (no app yet)."""
         begun = time.monotonic()
-        self.sandbox = await sandbox.open("local", policy=self.policy, spare=False)
+        if self.backend == "docker":
+            try:
+                self.sandbox = await sandbox.open("docker", policy=self.policy, image=self.image)
+            except sandbox.SandboxUnavailable as exc:
+                raise sandbox.SandboxUnavailable(
+                    f"the desktop's docker backend needs the image {self.image}: build it with "
+                    f"`sudo sandboxes/desktop/build.sh {self.image}` (sandboxes/ci-setup.sh does it); {exc}"
+                ) from exc
+        else:
+            self.sandbox = await sandbox.open("local", policy=self.policy, spare=False)
         self.timings.sandbox = time.monotonic() - begun
         try:
-            self._session = await self.sandbox._spawn(
+            self._session = await self.sandbox.start_background(
                 ["/bin/sh", "-c", session_script(self.width, self.height)], env=APP_ENV
             )
-            assert self._session.stdout is not None
             try:
                 line = await asyncio.wait_for(self._session.stdout.readline(), self.start_timeout)
             except TimeoutError:
                 line = b""
             if line.strip() != b"ready":
                 log = await self._log("xvfb.log") + await self._log("wm.log")
-                if self._session.stderr is not None:
-                    with contextlib.suppress(TimeoutError):
-                        log += (await asyncio.wait_for(self._session.stderr.read(2000), 2)).decode(
-                            errors="replace"
-                        )
+                with contextlib.suppress(TimeoutError):
+                    log += (await asyncio.wait_for(self._session.stderr.read(2000), 2)).decode(
+                        errors="replace"
+                    )
                 raise InfrastructureError(
                     f"the desktop's display did not come up in {self.start_timeout:g} s "
                     f"(session said {line.decode(errors='replace').strip()!r}; Xvfb's log: {log!r}); "
-                    "is the xvfb package installed (sandboxes/ci-setup.sh)?"
+                    + (
+                        f"is {self.image} built from sandboxes/desktop/build.sh?"
+                        if self.backend == "docker"
+                        else "is the xvfb package installed (sandboxes/ci-setup.sh)?"
+                    )
                 )
         except BaseException:
             await self.close()
@@ -186,7 +214,7 @@ class Desktop:
 
     async def run(self, argv: Sequence[str]) -> None:
         """Start a program on the desktop without waiting for anything (a resident LibreOffice, say)."""
-        if self._session is None or self._session.stdin is None or self._session.returncode is not None:
+        if self._session is None or self._session.returncode is not None:
             raise InfrastructureError("the desktop's session has ended; start a new desktop")
         self._session.stdin.write(shlex.join(argv).encode() + b"\n")
         await self._session.stdin.drain()
@@ -278,7 +306,7 @@ class Desktop:
     async def close(self) -> None:
         """Close the sandbox: the session, the display and every app go with its namespaces."""
         session, self._session = self._session, None
-        if session is not None and session.stdin is not None:
+        if session is not None:
             session.stdin.close()
         if self.sandbox is not None:
             await self.sandbox.close()

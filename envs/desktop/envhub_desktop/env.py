@@ -23,7 +23,7 @@ from envhub.authoring.chat import Reaction
 from envhub.core import NotForkable
 from envhub.messages import ImagePart, Message, TextPart, ToolCall, user
 from envhub_desktop.actions import Click, DesktopAction, Drag, Keys, MoveTo, Scroll, TypeText, Wait, points
-from envhub_desktop.desktop import Desktop
+from envhub_desktop.desktop import Backend, Desktop
 from envhub_desktop.office import install_profile
 from envhub_desktop.pyautogui import parse
 from envhub_desktop.tasks import FAMILIES, TASKS, Episode, Saved, Task
@@ -51,6 +51,7 @@ class DesktopEnv(envhub.ToolEnv):
         spare: bool = True,
         settle: float = 0.2,
         max_turns: int | None = None,
+        backend: Backend = "local",
     ) -> None:
         if task is not None and task not in self.tasks:
             raise ValueError(
@@ -59,7 +60,10 @@ class DesktopEnv(envhub.ToolEnv):
         if not 0 <= settle <= 5:
             raise ValueError(f"settle is the pause before each screenshot, 0 to 5 s; got {settle}")
         super().__init__(max_turns=max_turns if max_turns is not None else 30)
-        Desktop(width=width, height=height)  # validates the screen size now, not at the first reset
+        Desktop(width=width, height=height, backend=backend)  # validates them now, not at the first reset
+        self.backend: Backend = backend
+        """The sandbox the desktops run in: `local` (bubblewrap) or `docker` (sandboxes/desktop/build.sh's
+        image); also what `envhub.registration.sandbox_kind` reads to count an episode against its cap."""
         self.task_name = task
         self.width, self.height = width, height
         self.screenshot, self.spare, self.settle = screenshot, spare, settle
@@ -113,7 +117,7 @@ class DesktopEnv(envhub.ToolEnv):
                 desktop = await task
                 self.used_spare = True
                 return desktop
-        return await Desktop(width=self.width, height=self.height).start()
+        return await Desktop(width=self.width, height=self.height, backend=self.backend).start()
 
     def _start_next(self) -> None:
         """Start the next episode's desktop in the background, with the residents of the tasks it may
@@ -126,7 +130,7 @@ class DesktopEnv(envhub.ToolEnv):
         self._next = asyncio.create_task(self._spare(sorted(residents)))
 
     async def _spare(self, residents: list[tuple[str, ...]]) -> Desktop:
-        desktop = await Desktop(width=self.width, height=self.height).start()
+        desktop = await Desktop(width=self.width, height=self.height, backend=self.backend).start()
         try:
             if residents:  # LibreOffice's: its profile first
                 await install_profile(desktop)

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from envhub_desktop.actions import Keys
-from envhub_desktop.desktop import STATE_DIR, Desktop
+from envhub_desktop.desktop import STATE_DIR, Backend, Desktop
 
 PROFILE_DIR = f"{STATE_DIR}/libreoffice"
 PROFILE_URL = f"file://{PROFILE_DIR}"
@@ -31,17 +31,17 @@ SETTLE_S = 4.0
 window shows: a profile quit at once saved 0.1-0.3 s of the next start, one quit 3 s later 1.1-1.4 s
 (Calc's window in 0.58-0.88 s instead of about 1.8 s, three starts each)."""
 
-_built: Path | None = None
+_built: dict[Backend, Path] = {}
 
 
-async def built_profile() -> Path:
-    """The host directory holding the profile, built at the first call of this process."""
-    global _built
-    if _built is not None:
-        return _built
+async def built_profile(backend: Backend = "local") -> Path:
+    """The host directory holding the profile, built at the first call of this process for each
+    backend (on that backend: the docker image's LibreOffice makes the docker desktops' profile)."""
+    if backend in _built:
+        return _built[backend]
     target = Path(tempfile.mkdtemp(prefix="envhub-desktop-libreoffice-"))
     atexit.register(shutil.rmtree, target, True)
-    async with Desktop() as desktop:
+    async with Desktop(backend=backend) as desktop:
         await desktop.launch(["soffice", "--calc", *OFFICE_OPTIONS], window="Untitled", within=120)
         await asyncio.sleep(SETTLE_S)
         await desktop.act(Keys(("ctrl", "q")))
@@ -51,7 +51,7 @@ async def built_profile() -> Path:
                 break
             await asyncio.sleep(0.05)
         await desktop.sb.download(PROFILE_DIR, target)
-    _built = target
+    _built[backend] = target
     return target
 
 
@@ -59,5 +59,5 @@ async def install_profile(desktop: Desktop) -> None:
     """Copy the built profile into `desktop`, once, before LibreOffice first starts there."""
     if desktop.office_profile:
         return
-    await desktop.sb.upload_dir(await built_profile(), PROFILE_DIR)
+    await desktop.sb.upload_dir(await built_profile(desktop.backend), PROFILE_DIR)
     desktop.office_profile = True
