@@ -82,6 +82,9 @@ class _Setup:
     """What the `config` steps build up: the sandbox's files, folders, and the one app to start."""
 
     folder: Path
+    """The task file's folder: local paths are relative to it."""
+    root: Path
+    """The folder given to `load_tasks` (or the task file's own): no local file may lie outside it."""
     files: dict[str, bytes] = field(default_factory=dict)
     dirs: list[str] = field(default_factory=list)
     app: tuple[str, list[str], str] | None = None
@@ -112,7 +115,12 @@ def _local_file(setup: _Setup, name: Any, where: str) -> bytes:
             "network, and an episode must not change with a server): download the file next to the task's "
             "JSON and give its path relative to that file"
         )
-    local = setup.folder / name
+    local = (setup.folder / name).resolve()
+    if not local.is_relative_to(setup.root.resolve()):
+        raise OsworldTaskError(
+            f"{where}: {name!r} lies outside the task folder {setup.root} (symbolic links followed); copy "
+            "the file into that folder: a task set may copy in only its own files"
+        )
     try:
         if local.stat().st_size > MAX_TASK_FILE_BYTES:
             raise OsworldTaskError(f"{where}: {local} is over {MAX_TASK_FILE_BYTES} bytes")
@@ -216,11 +224,11 @@ def _launch(setup: _Setup, params: dict[str, Any], where: str) -> tuple[str, lis
 SETUP_STEPS = ("download", "upload_file", "open", "launch", "sleep")
 
 
-def _setup(config: Any, folder: Path) -> _Setup:
+def _setup(config: Any, folder: Path, root: Path) -> _Setup:
     """The sandbox's starting state from OSWorld's `config` steps (see the module's docstring)."""
     if not isinstance(config, list):
         raise OsworldTaskError(f"config is a list of set-up steps, got {type(config).__name__}")
-    setup = _Setup(folder)
+    setup = _Setup(folder, root)
     for n, step in enumerate(config):
         where = f"config[{n}]"
         kind = step.get("type") if isinstance(step, dict) else None
@@ -262,7 +270,7 @@ def _listed(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def _expected(spec: Any, folder: Path, where: str) -> Expected | None:
+def _expected(spec: Any, folder: Path, root: Path, where: str) -> Expected | None:
     if spec is None:
         return None
     kind = spec.get("type") if isinstance(spec, dict) else None
@@ -271,7 +279,7 @@ def _expected(spec: Any, folder: Path, where: str) -> Expected | None:
     if kind == "cloud_file":
         if spec.get("multi"):
             raise OsworldTaskError(f"{where}: multi=true is not supported; give one file")
-        setup = _Setup(folder)
+        setup = _Setup(folder, root)
         name = spec.get("path")
         return Expected(data=_local_file(setup, name, f"{where}.path"), name=str(name))
     raise OsworldTaskError(
@@ -292,7 +300,7 @@ def _result(spec: Any, where: str) -> str:
     return sandbox_path(spec.get("path"), f"{where}.path")
 
 
-def _evaluator(spec: Any, folder: Path) -> tuple[tuple[str, ...], Any]:
+def _evaluator(spec: Any, folder: Path, root: Path) -> tuple[tuple[str, ...], Any]:
     """The files to read and the checker, from OSWorld's `evaluator`."""
     if not isinstance(spec, dict):
         raise OsworldTaskError("evaluator is an object {func, result, expected, options}")
@@ -326,7 +334,7 @@ def _evaluator(spec: Any, folder: Path) -> tuple[tuple[str, ...], Any]:
         path = _result(results[i], where)
         try:
             judge = metric(
-                func, _expected(expecteds[i], folder, where.replace("result", "expected")), options[i]
+                func, _expected(expecteds[i], folder, root, where.replace("result", "expected")), options[i]
             )
         except UnsupportedEvaluator as exc:
             raise OsworldTaskError(str(exc)) from None
@@ -353,28 +361,29 @@ def _oracle(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def load_task(path: str | Path) -> OsworldTask:
-    """One OSWorld-style task file, checked whole now: an error names the file and the field."""
+def load_task(path: str | Path, *, root: str | Path | None = None) -> OsworldTask:
+    """One OSWorld-style task file, checked whole now: an error names the file and the field. Its
+    local files must lie in `root` (default: the file's own folder)."""
     file = Path(path)
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise OsworldTaskError(f"{file}: not a readable JSON task file: {exc}") from None
     try:
-        return _task(data, file)
+        return _task(data, file, Path(root) if root is not None else file.parent)
     except OsworldTaskError as exc:
         raise OsworldTaskError(f"{file}: {exc}") from None
 
 
-def _task(data: Any, file: Path) -> OsworldTask:
+def _task(data: Any, file: Path, root: Path) -> OsworldTask:
     if not isinstance(data, dict):
         raise OsworldTaskError("a task file holds one JSON object")
     instruction = data.get("instruction")
     if not isinstance(instruction, str) or not instruction.strip():
         raise OsworldTaskError("instruction (the goal) is a non-empty string")
     name = str(data.get("id") or file.stem)
-    setup = _setup(data.get("config", []), file.parent)
-    reads, check = _evaluator(data.get("evaluator"), file.parent)
+    setup = _setup(data.get("config", []), file.parent, root)
+    reads, check = _evaluator(data.get("evaluator"), file.parent, root)
     oracle = _oracle(data.get("envhub_oracle"))
     app, argv, window = setup.app  # type: ignore[misc]  # _setup refuses a task without one
     episode = Episode(
@@ -399,7 +408,7 @@ def load_tasks(path: str | Path) -> tuple[OsworldTask, ...]:
     files = sorted(root.rglob("*.json")) if root.is_dir() else [root]
     if not files:
         raise OsworldTaskError(f"{root}: no *.json task files in this folder")
-    tasks = [load_task(file) for file in files]
+    tasks = [load_task(file, root=root if root.is_dir() else root.parent) for file in files]
     seen: dict[str, str] = {}
     for task in tasks:
         if task.name in seen:

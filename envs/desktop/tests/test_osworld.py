@@ -130,6 +130,16 @@ REFUSED = [
         r"not put there by an earlier download or upload_file step",
     ),
     (
+        set_step(
+            0, {"type": "upload_file", "parameters": {"files": [{"local_path": "../secret", "path": "~/a"}]}}
+        ),
+        r"config\[0\]\.files\[0\]\.local_path: '\.\./secret' lies outside the task folder",
+    ),
+    (
+        set_evaluator(expected={"type": "cloud_file", "path": "/etc/hostname"}),
+        r"evaluator.expected.path: '/etc/hostname' lies outside the task folder",
+    ),
+    (
         set_evaluator(func="compare_docx_files"),
         r"evaluator.func 'compare_docx_files' is not supported.*compare_table",
     ),
@@ -154,7 +164,7 @@ REFUSED = [
     ),
     (
         lambda task: task.update(envhub_oracle=["import os\nos.system('id')"]),
-        r"envhub_oracle\[0\]: line 2: only `import pyautogui`",
+        r"envhub_oracle\[0\]: line 1: only `import pyautogui`.*not import os",
     ),
 ]
 
@@ -299,3 +309,12 @@ def test_a_do_nothing_saved_state_fails_each_test_tasks_checker() -> None:
         seeded = {path: data for path, data in episode.files.items() if isinstance(data, bytes)}
         saved = Saved({path: seeded.get(path) for path in episode.reads})
         assert episode.check(saved) is False, task.name
+
+
+def test_a_symlink_out_of_the_task_folder_is_refused(tmp_path: Path) -> None:
+    """What the link points at counts, not its name: a task set copies in only its own files."""
+    path = task_file(tmp_path, lambda task: None)
+    (tmp_path / "files" / "notes.txt").unlink()
+    (tmp_path / "files" / "notes.txt").symlink_to("/etc/hostname")
+    with pytest.raises(OsworldTaskError, match="'files/notes.txt' lies outside the task folder"):
+        load_task(path)
