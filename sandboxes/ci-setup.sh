@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What the tests need from the system, for `make test` (which runs this first) and so for CI:
 # Python's venv module, bubblewrap for the `local` sandbox, a running Docker engine with envhub's images
-# for the `docker` sandbox and swe-mini, Debian's Chromium for the browser envs (Playwright drives it), and
+# for the `docker` sandbox, swe-mini and the desktop's docker backend, Debian's Chromium for the browser envs (Playwright drives it), and
 # the desktop env's X11 stack: Xvfb, xdotool, xdpyinfo/xprop, openbox and the apps it runs (envs/desktop).
 # As root it installs, starts and builds what is missing; each step checks before it acts, so running it
 # again costs seconds. As another user it changes nothing: it prints the commands to run, and fails.
@@ -10,6 +10,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 IMAGE="${ENVHUB_SANDBOX_IMAGE:-envhub/python:3-bookworm}"
 SWE_IMAGE="${ENVHUB_SWE_MINI_IMAGE:-envhub/swe-mini:bookworm}"
+DESKTOP_IMAGE="${ENVHUB_DESKTOP_IMAGE:-envhub/desktop:bookworm}"  # the desktop env's docker backend
 DOCKERD_LOG=/var/log/envhub-dockerd.log
 
 packages=()
@@ -34,10 +35,10 @@ if [ "$(id -u)" != 0 ]; then
         if [ -S /var/run/docker.sock ]; then
             todo+=("sudo usermod -aG docker ${USER:-$(id -un)}   # then log in again: the tests talk to the engine as you")
         else
-            todo+=("sudo bash $HERE/ci-setup.sh   # starts dockerd and builds $IMAGE and $SWE_IMAGE")
+            todo+=("sudo bash $HERE/ci-setup.sh   # starts dockerd and builds $IMAGE, $SWE_IMAGE and $DESKTOP_IMAGE")
         fi
-    elif ! have_image "$IMAGE" || ! have_image "$SWE_IMAGE"; then
-        todo+=("sudo bash $HERE/ci-setup.sh   # builds $IMAGE and $SWE_IMAGE (debootstrap needs root)")
+    elif ! have_image "$IMAGE" || ! have_image "$SWE_IMAGE" || ! have_image "$DESKTOP_IMAGE"; then
+        todo+=("sudo bash $HERE/ci-setup.sh   # builds $IMAGE, $SWE_IMAGE and $DESKTOP_IMAGE (debootstrap needs root)")
     fi
     if ((${#todo[@]})); then
         echo "make test needs these from the system, and only root can install them. Run:" >&2
@@ -67,5 +68,6 @@ fi
 
 have_image "$IMAGE" || "$HERE/python/build.sh" "$IMAGE"
 have_image "$SWE_IMAGE" || "$HERE/swe-mini/build.sh" "$SWE_IMAGE"
+have_image "$DESKTOP_IMAGE" || "$HERE/desktop/build.sh" "$DESKTOP_IMAGE"  # ~900 MB, about 5 minutes
 echo "test prerequisites ready: $(bwrap --version), docker $(docker version --format '{{.Server.Version}}')," \
-    "images $IMAGE $SWE_IMAGE, $(chromium --version 2>/dev/null || echo chromium)"
+    "images $IMAGE $SWE_IMAGE $DESKTOP_IMAGE, $(chromium --version 2>/dev/null || echo chromium)"
