@@ -2,7 +2,8 @@
 # What the tests need from the system, for `make test` (which runs this first) and so for CI:
 # Python's venv module, bubblewrap for the `local` sandbox, a running Docker engine with envhub's images
 # for the `docker` sandbox, swe-mini and the desktop's docker backend, Debian's Chromium for the browser
-# envs (Playwright drives it), and the desktop env's X11 stack: Xvfb, xdotool, xdpyinfo/xprop, openbox and the apps it runs (envs/desktop).
+# envs (Playwright drives it), and the desktop env's X11 stack: Xvfb, xdotool, xdpyinfo/xprop, openbox
+# and the apps it runs (envs/desktop).
 # As root it installs, starts and builds what is missing; each step checks before it acts, so running it
 # again costs seconds. As another user it changes nothing: it prints the commands to run, and fails.
 set -euo pipefail
