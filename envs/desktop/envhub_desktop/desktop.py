@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shlex
 import time
@@ -27,7 +28,7 @@ from typing import Literal
 
 import envhub.sandbox as sandbox
 from envhub.core import InfrastructureError
-from envhub.sandbox import IsolationPolicy, Sandbox
+from envhub.sandbox import IsolationPolicy, Sandbox, SandboxError
 from envhub.sandbox.base import Background
 from envhub_desktop.actions import DesktopAction, Wait, commands
 from envhub_desktop.xwd import xwd_to_png
@@ -54,6 +55,15 @@ APP_ENV = {
     "SAL_USE_VCLPLUGIN": "gen",  # LibreOffice's own X11 widgets: its GTK plugin is not installed
     "XDG_CONFIG_HOME": f"{STATE_DIR}/config",  # GTK's settings.ini (no caret blink), out of the workdir
 }
+
+
+class DesktopBroken(Exception):
+    """The desktop stopped working from inside: its X server or window manager is gone, or its sandbox
+    refuses to start another program because the sandbox's own process limit is used up.
+
+    Only programs in the sandbox reach those processes and that limit (the agent's, through a terminal,
+    or the sandbox's OOM killer acting on the agent's memory use), so the env ends the episode as the
+    agent's failure rather than as an infrastructure error to retry."""
 
 
 def desktop_policy(
@@ -258,7 +268,7 @@ class Desktop:
             await asyncio.sleep(action.seconds)
             return
         for argv in commands(action):
-            r = await self.sb.exec(argv, timeout=30)
+            r = await self._exec(argv, limit=30)
             if r.exit_code != 0:
                 raise ValueError(f"{action.describe()} failed: {r.stderr.strip() or f'exit {r.exit_code}'}")
 
@@ -282,12 +292,24 @@ class Desktop:
 
     async def screenshot(self) -> bytes:
         """The screen as PNG bytes, read from Xvfb's framebuffer file on the host side."""
-        data = await self.sb.read_file(FRAMEBUFFER)
+        try:
+            data = await self.sb.read_file(FRAMEBUFFER)
+        except FileNotFoundError:
+            raise DesktopBroken("the X server (Xvfb) is gone: its framebuffer file was removed") from None
         return await asyncio.to_thread(xwd_to_png, data)
 
     async def windows(self) -> str:
-        """The visible windows' titles, the focused one marked: the text half of an observation."""
+        """The visible windows' titles, the focused one marked: the text half of an observation.
+
+        The same command first checks that the X server answers and the window manager's check window
+        (`_NET_SUPPORTING_WM_CHECK`) still exists, so a step pays no extra command for it; DesktopBroken
+        when either is gone or the command cannot run."""
         script = (
+            "xdpyinfo >/dev/null 2>&1 || { echo '!the X server (Xvfb) is gone'; exit 0; }; "
+            "wm=$(xprop -root _NET_SUPPORTING_WM_CHECK 2>/dev/null); "
+            'xwininfo -id "${wm##* }" >/dev/null 2>&1 || '
+            '{ echo "!the window manager (openbox) is gone"; exit 0; }; '
+            "echo ok; "
             "active=$(xdotool getactivewindow 2>/dev/null); "
             "for w in $(xdotool search --onlyvisible --name . 2>/dev/null); do "
             'name=$(xdotool getwindowname "$w"); [ -n "$name" ] || continue; '
@@ -295,8 +317,31 @@ class Desktop:
             'mark=" "; [ "$w" = "$active" ] && mark="*"; '
             'echo "$mark $name @ ${X},${Y} ${WIDTH}x${HEIGHT}"; done'
         )
-        r = await self.sb.exec(script, timeout=10)
-        return r.stdout.strip()
+        r = await self._exec(script, limit=10)
+        first, _, listing = r.stdout.partition("\n")
+        if first.startswith("!"):
+            raise DesktopBroken(first[1:])
+        if first != "ok":
+            raise DesktopBroken(
+                "the desktop's window list could not be made "
+                f"({'timed out' if r.timed_out else r.exit_code}: {r.stderr.strip()[-300:]!r}); its "
+                f"programs may have used up the sandbox's process limit (pids={self.policy.pids})"
+            )
+        return listing.strip()
+
+    async def _exec(self, argv: str | list[str], *, limit: float) -> sandbox.ExecResult:
+        """A command on the desktop's sandbox. A refusal to start it for EAGAIN while the sandbox is open
+        is the sandbox's own process limit used up (each sandbox has a uid and a pids cgroup of its
+        own): DesktopBroken, not the infrastructure error a sandbox failure is."""
+        try:
+            return await self.sb.exec(argv, timeout=limit)
+        except SandboxError as exc:
+            if os.strerror(errno.EAGAIN) not in str(exc):
+                raise
+            raise DesktopBroken(
+                f"no program can start in the desktop's sandbox: its process limit (pids={self.policy.pids}) "
+                f"is used up by the programs running in it ({exc})"
+            ) from exc
 
     async def _log(self, name: str) -> str:
         with contextlib.suppress(Exception):

@@ -20,10 +20,10 @@ from typing import Any, Literal
 
 import envhub
 from envhub.authoring.chat import Reaction
-from envhub.core import NotForkable
+from envhub.core import InfrastructureError, NotForkable
 from envhub.messages import ImagePart, Message, TextPart, ToolCall, user
 from envhub_desktop.actions import Click, DesktopAction, Drag, Keys, MoveTo, Scroll, TypeText, Wait, points
-from envhub_desktop.desktop import Backend, Desktop
+from envhub_desktop.desktop import Backend, Desktop, DesktopBroken
 from envhub_desktop.office import install_profile
 from envhub_desktop.pyautogui import parse
 from envhub_desktop.tasks import FAMILIES, TASKS, Episode, Saved, Task
@@ -71,6 +71,9 @@ class DesktopEnv(envhub.ToolEnv):
         self.episode: Episode | None = None
         self.drawn = ""
         self.finished = False
+        self.broken: str | None = None
+        """Why the agent's desktop stopped working (its X server or window manager killed, its process
+        limit used up), which ends the episode with reward 0; None while it works."""
         self.reset_seconds = 0.0
         self.used_spare = False
         self._next: asyncio.Task[Desktop] | None = None
@@ -91,6 +94,7 @@ class DesktopEnv(envhub.ToolEnv):
         self.drawn = self.task_name or rng.choice(sorted(self.tasks))
         self.episode = episode = self.tasks[self.drawn].build(rng)
         self.finished = False
+        self.broken = None
         self.desktop = desktop = await self._take_desktop()
         if self.spare:
             self._start_next()
@@ -106,7 +110,10 @@ class DesktopEnv(envhub.ToolEnv):
         await desktop.launch(episode.app, window=episode.window, within=90)
         await desktop.wait_still()
         self.reset_seconds = time.monotonic() - begun
-        return [await self._observation(f"Task: {episode.goal}\n\n")]
+        try:
+            return [await self._observation(f"Task: {episode.goal}\n\n")]
+        except DesktopBroken as exc:  # before the agent acted: the machinery's failure, not the agent's
+            raise InfrastructureError(f"the desktop broke during reset: {exc}") from exc
 
     async def _take_desktop(self) -> Desktop:
         """The spare started during the last episode if there is one (and it started), else a new one."""
@@ -156,7 +163,13 @@ class DesktopEnv(envhub.ToolEnv):
         reaction = await super().react(message)
         if reaction.done or self.finished:
             return Reaction(observation=reaction.observation, done=True, info=reaction.info)
-        observation = await self._observation()
+        try:
+            observation = await self._observation()
+        except DesktopBroken as exc:
+            self.broken = str(exc)
+            ended = user(f"The desktop stopped working: {exc}. The episode is over and scores 0.")
+            info = {**reaction.info, "desktop_broken": self.broken}
+            return Reaction(observation=[*reaction.observation, ended], done=True, info=info)
         return Reaction(observation=[*reaction.observation, observation], info=reaction.info)
 
     async def __fork__(self, memo: dict[int, Any]) -> DesktopEnv:
@@ -186,6 +199,8 @@ class DesktopEnv(envhub.ToolEnv):
     async def success(self) -> float:
         """1 when the file the app saved holds what the task asked for; never read from the pixels."""
         assert self.episode is not None and self.desktop is not None
+        if self.broken is not None:  # the agent broke its own desktop: a failure, whatever the files say
+            return 0.0
         files: dict[str, bytes | None] = {}
         for path in self.episode.reads:
             try:
