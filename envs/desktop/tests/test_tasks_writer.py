@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import io
 import random
 import re
+import zipfile
 from xml.sax.saxutils import escape
 
 import pytest
 from envhub_desktop.env import DesktopEnv
 from envhub_desktop.odt import fodt, read_text
 from envhub_desktop.tasks import FAMILIES, TASKS, Episode, Saved
+from envhub_desktop.tasks.base import WORDS
+from envhub_desktop.tasks.writer import OTHER_WORDS
 
 from envhub.messages import Message
 
@@ -82,6 +86,14 @@ def drawn(task: str, seed: int) -> tuple[Episode, list[str], list[str]]:
     document = next(iter(episode.files.values()))
     assert isinstance(document, str)
     return episode, read_text(document.encode()), re.findall(r"`([^`]*)`", episode.goal)
+
+
+def zipped(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
 
 
 def seeded(episode: Episode) -> bytes:
@@ -184,3 +196,18 @@ def test_the_text_copy_counts_only_with_every_line(seed: int) -> None:
     assert scores(episode, ("\ufeff" + "\n".join(texts) + "\n").encode())
     assert not scores(episode, ("\n".join(texts[1:]) + "\n").encode())
     assert not scores(episode, seeded(episode))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_odt_copy_counts_only_zipped_with_the_new_first_paragraph(seed: int) -> None:
+    episode, texts, quoted = drawn("writer-save-as-odt", seed)
+    flat = office(paragraphs([quoted[0], *texts]))
+    assert scores(episode, zipped({"content.xml": flat, "meta.xml": flat}))
+    assert not scores(episode, flat)  # the seed's flat format under the .odt name
+    wrong = office(paragraphs([*texts, quoted[0]]))
+    assert not scores(episode, zipped({"content.xml": wrong, "meta.xml": wrong}))
+
+
+def test_no_word_a_task_types_is_long_enough_for_writers_word_completion() -> None:
+    """Writer collects words of 8 letters or more and completes them on Return: none may be typed."""
+    assert max(len(word) for word in [*WORDS, *OTHER_WORDS, "Item", "Count"]) < 8
