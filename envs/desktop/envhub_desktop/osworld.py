@@ -47,6 +47,9 @@ from envhub_desktop.office import OFFICE_OPTIONS
 from envhub_desktop.osworld_eval import Expected, Judge, UnsupportedEvaluator, metric
 from envhub_desktop.pyautogui import UnsupportedAction, parse
 from envhub_desktop.tasks.base import Episode, Saved, Task
+from envhub_desktop.tasks.files import FM_CONFIG
+from envhub_desktop.tasks.terminal import WINDOW, XTERM
+from envhub_desktop.tasks.writer import writer
 
 VM_HOME = "/home/user"
 SANDBOX_HOME = "/work"
@@ -147,34 +150,48 @@ def _copy_step(setup: _Setup, params: dict[str, Any], kind: str, where: str) -> 
         setup.files[target] = _local_file(setup, entry.get(source_key), f"{here}.{source_key}")
 
 
+def _is_folder(setup: _Setup, path: str) -> bool:
+    """The sandbox's home, a folder a step made, or one holding a copied-in file."""
+    return path == SANDBOX_HOME or path in setup.dirs or any(f.startswith(path + "/") for f in setup.files)
+
+
+def _opener(app: str, path: str) -> tuple[str, list[str], str]:
+    """(app, argv, window regex) that open `path` in `app`, as the desktop's families start them."""
+    title = re.escape(posixpath.basename(path))
+    if app == "pcmanfm":
+        return app, ["pcmanfm", "--no-desktop", path], f"^{title}$"
+    if app == "mousepad":
+        return app, ["mousepad", path], title
+    if app == "libreoffice-writer":
+        return app, writer(path), title
+    extra = [CSV_FILTER] if path.lower().endswith(".csv") else []
+    return app, ["soffice", "--calc", *OFFICE_OPTIONS, *extra, path], title
+
+
 def _app_for(setup: _Setup, path: str, where: str) -> tuple[str, list[str], str]:
-    """The app that opens a sandbox path, as OSWorld's `open` does with the VM's default apps."""
-    name = posixpath.basename(path) or "work"
-    title = re.escape(name)
-    is_dir = path in setup.dirs or any(f.startswith(path.rstrip("/") + "/") for f in setup.files)
-    if is_dir:
-        return "pcmanfm", ["pcmanfm", path], title
+    """`open`: the app for a sandbox path, as OSWorld's VM opens it with its default apps."""
+    if _is_folder(setup, path):
+        return _opener("pcmanfm", path)
     if path not in setup.files:
         raise OsworldTaskError(
             f"{where}: {path} is not put there by an earlier download or upload_file step (the sandbox "
             "starts empty)"
         )
-    suffix = posixpath.splitext(name)[1].lower()
-    app = APPS_BY_SUFFIX.get(suffix)
-    if app is None:
+    suffix = posixpath.splitext(path)[1].lower()
+    if suffix not in APPS_BY_SUFFIX:
         raise OsworldTaskError(
             f"{where}: no app here opens {suffix or 'a file without a suffix'}; the supported are "
             f"{', '.join(sorted(APPS_BY_SUFFIX))} and folders"
         )
-    if app == "mousepad":
-        return app, ["mousepad", path], title
-    flag = "--calc" if app == "libreoffice-calc" else "--writer"
-    extra = [CSV_FILTER] if suffix == ".csv" else []
-    return app, ["soffice", flag, *OFFICE_OPTIONS, *extra, path], title
+    return _opener(APPS_BY_SUFFIX[suffix], path)
+
+
+LAUNCH_FLAGS = {"soffice": {"--calc", "--writer"}, "libreoffice": {"--calc", "--writer"}}
+"""The options a launched app may take (others take one path, or none)."""
 
 
 def _launch(setup: _Setup, params: dict[str, Any], where: str) -> tuple[str, list[str], str]:
-    """`launch`: one of the desktop's apps, its paths mapped; never a shell."""
+    """`launch`: one of the desktop's apps on at most one mapped path; never through a shell."""
     command, shell = params.get("command"), params.get("shell", False)
     if shell:
         raise OsworldTaskError(f"{where}: shell=true is refused; give the command as a list of arguments")
@@ -188,42 +205,37 @@ def _launch(setup: _Setup, params: dict[str, Any], where: str) -> tuple[str, lis
         )
     flags = [a for a in argv[1:] if a.startswith("-")]
     paths = [sandbox_path(a, f"{where}.command") for a in argv[1:] if not a.startswith("-")]
-    office = program in ("soffice", "libreoffice")
-    if set(flags) - ({"--calc", "--writer"} if office else set()) or len(flags) > 1 or len(paths) > 1:
+    allowed = LAUNCH_FLAGS.get(program, set())
+    if set(flags) - allowed or len(flags) > 1 or len(paths) > (program != "xterm"):
+        takes = f"one of {' or '.join(sorted(allowed))} and " if allowed else ""
         raise OsworldTaskError(
-            f"{where}: {argv[1:]} is not supported; "
-            + (
-                f"{program} takes one of --calc or --writer and one path"
-                if office
-                else f"{program} takes one path"
-            )
+            f"{where}: {argv[1:]} is not supported; {program} takes {takes}"
+            + ("no path (it starts in the sandbox's home)" if program == "xterm" else "at most one path")
         )
-    path = paths[0] if paths else None
-    if path is not None and path not in setup.files and path not in setup.dirs:
+    if program == "xterm":
+        return "xterm", list(XTERM), WINDOW
+    path = paths[0] if paths else SANDBOX_HOME if program == "pcmanfm" else None
+    if path is None:  # an app with no document: an untitled one
+        app = (
+            "libreoffice-writer"
+            if flags == ["--writer"]
+            else "mousepad"
+            if program == "mousepad"
+            else "libreoffice-calc"
+        )
+        argv = ["mousepad"] if app == "mousepad" else ["soffice", "--" + app.split("-")[1], *OFFICE_OPTIONS]
+        return app, argv, "Untitled"
+    if not (path in setup.files or _is_folder(setup, path)):
         raise OsworldTaskError(
             f"{where}: {path} is not put there by an earlier step (the sandbox starts empty)"
         )
-    title = re.escape(posixpath.basename(path)) if path else ""
-    if office:
-        suffix = posixpath.splitext(path or "")[1].lower()
-        app = (
-            "libreoffice-writer"
-            if flags == ["--writer"] or APPS_BY_SUFFIX.get(suffix) == "libreoffice-writer"
-            else "libreoffice-calc"
-        )
-        extra = [CSV_FILTER, path] if suffix == ".csv" else [path] if path else []
-        argv = [
-            "soffice",
-            flags[0] if flags else "--" + app.removeprefix("libreoffice-"),
-            *OFFICE_OPTIONS,
-            *extra,
-        ]
-        return app, argv, title or "LibreOffice"
-    if program == "xterm" and path is not None:
-        raise OsworldTaskError(f"{where}: xterm takes no path here (it starts in {SANDBOX_HOME})")
     if program == "pcmanfm":
-        return program, ["pcmanfm", path or SANDBOX_HOME], title or posixpath.basename(SANDBOX_HOME)
-    return program, [program, *paths], title or {"mousepad": "Mousepad", "xterm": "xterm"}[program]
+        return _opener("pcmanfm", path)
+    if program == "mousepad":
+        return _opener("mousepad", path)
+    wanted = {"--writer": "libreoffice-writer", "--calc": "libreoffice-calc"}
+    by_suffix = APPS_BY_SUFFIX.get(posixpath.splitext(path)[1].lower(), "libreoffice-calc")
+    return _opener(wanted[flags[0]] if flags else by_suffix, path)
 
 
 SETUP_STEPS = ("download", "upload_file", "open", "launch", "sleep")
@@ -268,6 +280,8 @@ def _setup(config: Any, folder: Path, root: Path) -> _Setup:
                 setup.app = _launch(setup, params, where)
     if setup.app is None:
         raise OsworldTaskError("config has no open or launch step; an episode starts on one app's window")
+    if setup.app[0] == "pcmanfm":  # its settings, as the files family seeds them (no trash, no status bar)
+        setup.files.update({path: content.encode() for path, content in FM_CONFIG.items()})
     return setup
 
 

@@ -46,7 +46,7 @@ def done() -> Message:
 def test_the_test_tasks_load_over_two_apps_with_their_oracles() -> None:
     tasks = load_tasks(DATA)
     assert len(tasks) >= 5
-    assert {t.app for t in tasks} >= {"mousepad", "libreoffice-calc"}
+    assert {t.app for t in tasks} == {"mousepad", "libreoffice-calc", "pcmanfm", "xterm"}
     assert all(t.oracle_code for t in tasks)
     one = next(t for t in tasks if t.name == "notes-append").build(None)  # type: ignore[arg-type]
     assert one.files == {"/work/Documents/notes.txt": b"apples\nbread\n"}
@@ -82,6 +82,41 @@ def test_paths_in_the_vm_home_map_to_the_sandbox_work_folder_and_others_are_refu
     for outside in ("/etc/passwd", "/home/user/../root/x", "/home/username/x", "relative.txt"):
         with pytest.raises(OsworldTaskError, match="outside the VM user's home /home/user"):
             sandbox_path(outside, "p")
+
+
+@pytest.mark.parametrize(
+    ("command", "app", "argv_start", "window"),
+    [
+        (
+            ["mousepad", "/home/user/Documents/notes.txt"],
+            "mousepad",
+            ["mousepad", "/work/Documents/notes.txt"],
+            r"notes\.txt",
+        ),
+        ("libreoffice --writer", "libreoffice-writer", ["soffice", "--writer"], "Untitled"),
+        (
+            ["soffice", "--calc", "~/Documents/notes.txt"],
+            "libreoffice-calc",
+            ["soffice", "--calc"],
+            r"notes\.txt",
+        ),
+        (
+            ["/usr/bin/pcmanfm", "~/Documents"],
+            "pcmanfm",
+            ["pcmanfm", "--no-desktop", "/work/Documents"],
+            "^Documents$",
+        ),
+        (["xterm"], "xterm", ["xterm", "-T", "Terminal"], "^Terminal$"),
+    ],
+)
+def test_launch_starts_the_desktops_own_apps_on_mapped_paths(
+    tmp_path: Path, command: Any, app: str, argv_start: list[str], window: str
+) -> None:
+    path = task_file(tmp_path, set_step(1, {"type": "launch", "parameters": {"command": command}}))
+    task = load_task(path)
+    episode = task.build(None)  # type: ignore[arg-type]
+    assert task.app == app and episode.window == window
+    assert episode.app[: len(argv_start)] == argv_start
 
 
 def task_file(tmp_path: Path, change: Any) -> Path:
@@ -133,6 +168,14 @@ REFUSED = [
     (
         set_step(1, {"type": "launch", "parameters": {"command": "mousepad ~/x", "shell": True}}),
         r"shell=true is refused",
+    ),
+    (
+        set_step(1, {"type": "launch", "parameters": {"command": ["soffice", "--headless", "~/x.ods"]}}),
+        r"\['--headless', '~/x.ods'\] is not supported; soffice takes one of --calc or --writer",
+    ),
+    (
+        set_step(1, {"type": "launch", "parameters": {"command": ["xterm", "/home/user/Documents"]}}),
+        r"xterm takes no path",
     ),
     (set_step(1, {"type": "sleep", "parameters": {"seconds": 1}}), r"config has no open or launch step"),
     (
