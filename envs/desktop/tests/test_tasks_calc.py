@@ -204,16 +204,34 @@ RUN_MY_MACRO: list[DesktopAction] = [
 ]
 
 
-async def macro_ran(locked: bool) -> bool:
+USER_UNDO = "".join(
+    '<item oor:path="/org.openoffice.Office.Commands/Execute/Disabled">'
+    f'<node oor:name="{name}" oor:op="remove"/></item>\n'
+    for name in ("MacroDialog", "RunMacro", "BasicIDEAppear")
+) + (
+    '<item oor:path="/org.openoffice.Office.Common/Security/Scripting">'
+    '<prop oor:name="DisableMacrosExecution" oor:op="fuse"><value>false</value></prop></item>\n'
+)
+"""What Tools > Options or the Expert Configuration would write to undo the lockdown: user-layer items."""
+
+
+async def macro_ran(locked: bool, undone_by_user: bool = False, finalized: bool = True) -> bool:
     """Plant a Basic macro in "My Macros" of a copy of the prepared profile (without its lockdown layer
-    unless `locked`), open a sheet, run the macro through the Basic Macros dialog, and say whether the
-    file it writes appeared."""
+    unless `locked`; with user-layer settings undoing it if `undone_by_user`; the layer's values not
+    finalized unless `finalized`), open a sheet, run the macro through the Basic Macros dialog, and say
+    whether the file it writes appeared."""
     profile = Path(tempfile.mkdtemp(prefix="envhub-test-macro-"))
     try:
         shutil.copytree(await built_profile(), profile, dirs_exist_ok=True)
         (profile / "user/basic/Standard/Module1.xba").write_text(MACRO)
         if not locked:
             shutil.rmtree(profile / "lockdown", ignore_errors=True)
+        for layer in (profile / "lockdown").rglob("*.xcu"):
+            if not finalized:
+                layer.write_text(layer.read_text().replace(' oor:finalized="true"', ""))
+        if undone_by_user:
+            user = profile / "user/registrymodifications.xcu"
+            user.write_text(user.read_text().replace("</oor:items>", USER_UNDO + "</oor:items>"))
         async with Desktop() as desktop:
             await desktop.sb.upload_dir(profile, PROFILE_DIR)
             desktop.office_profile = True
@@ -241,3 +259,5 @@ async def macro_ran(locked: bool) -> bool:
 async def test_the_prepared_profile_runs_no_macro_through_the_gui() -> None:
     assert await macro_ran(locked=False), "the control did not run the macro: the GUI route changed"
     assert not await macro_ran(locked=True), "a Basic macro ran on the prepared profile"
+    assert await macro_ran(locked=True, undone_by_user=True, finalized=False), "the undo did not undo"
+    assert not await macro_ran(locked=True, undone_by_user=True), "the user's own settings undid the lockdown"
