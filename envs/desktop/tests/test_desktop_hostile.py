@@ -95,10 +95,10 @@ def test_the_desktop_policy_is_what_the_cases_get() -> None:
 
 
 async def test_the_desktops_etc_binds_are_read_only(sb: Sandbox) -> None:
-    """What the desktop's policy adds to the default (DESKTOP_ETC, bound from the host) cannot be
-    written, replaced or removed from inside."""
-    binds = [path for path in DESKTOP_ETC if Path(path).exists()]
-    assert binds
+    """What the desktop's policy adds to the default (DESKTOP_ETC and the font cache, bound from the host)
+    cannot be written, replaced or removed from inside."""
+    binds = list(desktop_policy().ro_binds)
+    assert set(binds) >= {path for path in DESKTOP_ETC if Path(path).exists()}
     before = {path: sorted(p.name for p in Path(path).iterdir()) for path in binds}
     for path in binds:
         r = await sb.exec(
