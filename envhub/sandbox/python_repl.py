@@ -22,15 +22,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import Any, Protocol, Self
 
 from pydantic import ValidationError
 
 from envhub.sandbox.policy import IsolationPolicy
 from envhub.sandbox.results import ExecResult, SandboxError
-
-if TYPE_CHECKING:
-    from envhub.sandbox.base import Background  # base builds the worker: imported for types only
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +64,22 @@ class Cell:
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+class Background(Protocol):
+    """What the worker needs of its interpreter: the sandbox's background program
+    (`envhub.sandbox.base.Background`, named by shape here since base imports this module)."""
+
+    stdin: asyncio.StreamWriter
+    stdout: asyncio.StreamReader
+    stderr: asyncio.StreamReader
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    async def kill(self) -> None: ...
 
 
 class Spawner(Protocol):
