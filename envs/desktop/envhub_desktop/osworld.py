@@ -8,12 +8,13 @@ subset and refuses anything else when the file loads, naming the field and what 
 - Paths: OSWorld's VM user home maps to the sandbox's working folder, `/home/user/X` (or `~/X`) ->
   `/work/X`; a path outside that home is refused (nothing else of the VM exists here).
 - `config` steps: `download` (`files: [{url, path}]`) and `upload_file` (`files: [{local_path, path}]`)
-  copy a LOCAL file, relative to the task's JSON file, into the sandbox (a URL is refused: the sandbox
-  has no network and an episode must not change with a server; download the file and point to it);
+  copy a LOCAL file, relative to the task's JSON file and inside the task folder (symlinks resolved), into
+  the sandbox (a URL is refused: the sandbox has no network and an episode must not change with a
+  server; download the file and point to it);
   `open` (`path`) starts the app for the file: .txt and other text Mousepad, .ods/.fods/.xlsx/.xls/.csv
   Calc, .odt/.fodt/.docx/.doc Writer, a folder PCManFM; `launch` (`command`) starts one of the
-  desktop's apps (mousepad, soffice/libreoffice with --calc or --writer, xterm, pcmanfm) on mapped paths,
-  never through a shell; `sleep` is accepted and adds nothing (the episode starts once the app's window
+  desktop's apps (mousepad, soffice/libreoffice with --calc or --writer, xterm, pcmanfm) on at most one
+  mapped path (xterm on none; no document: an untitled one), never through a shell; `sleep` is accepted and adds nothing (the episode starts once the app's window
   shows and the screen is still, which is what OSWorld's sleeps wait for). Exactly one `open` or
   `launch`: an episode starts on one app. `execute`/`command` are refused: OSWorld runs them as the VM's
   user with its tools (python, pip, gsettings, sudo), which this sandbox does not have and a task file
