@@ -14,8 +14,9 @@ subset and refuses anything else when the file loads, naming the field and what 
   `open` (`path`) starts the app for the file: .txt and other text Mousepad, .ods/.fods/.xlsx/.xls/.csv
   Calc, .odt/.fodt/.docx/.doc Writer, a folder PCManFM; `launch` (`command`) starts one of the
   desktop's apps (mousepad, soffice/libreoffice with --calc or --writer, xterm, pcmanfm) on at most one
-  mapped path (xterm on none; no document: an untitled one), never through a shell; `sleep` is accepted and adds nothing (the episode starts once the app's window
-  shows and the screen is still, which is what OSWorld's sleeps wait for). Exactly one `open` or
+  mapped path (xterm on none; no document: an untitled one), never through a shell; `sleep` is accepted
+  and adds nothing (the episode starts once the app's window shows and the screen is still, which is
+  what OSWorld's sleeps wait for). Exactly one `open` or
   `launch`: an episode starts on one app. `execute`/`command` are refused: OSWorld runs them as the VM's
   user with its tools (python, pip, gsettings, sudo), which this sandbox does not have and a task file
   should not need; put the files they would make into `upload_file` steps instead.
