@@ -50,44 +50,47 @@ CONTAINER_USER = "65534:65534"
 EXEC_USER = "65533:65533"
 SPARE_KEEPER = "65532:65532"
 """The init's uid in writable_image mode when the image's own user is CONTAINER_USER's."""
-_REAP = (
-    'keep=$1; spare=$2; shift 2; "$@"; rc=$?; '
-    'if [ -z "$keep" ]; then kill -9 -1 2>/dev/null; exit $rc; fi; '
-    "i=0; while [ $i -lt 500 ]; do i=$((i + 1)); found=; "
-    'for p in $(cat /proc/[0-9]*/stat 2>/dev/null | awk -v keep="$keep" -v me=$$ "$spare"); do '
-    'kill -9 "$p" 2>/dev/null && found=1; done; [ -n "$found" ] || break; done; exit $rc'
-)
+_REAP = r"""keep=$1; shift; "$@"; rc=$?
+[ -n "$keep" ] || { kill -9 -1 2>/dev/null; exit $rc; }
+spared() {
+    q=$1; hops=0
+    while [ "$q" -gt 1 ] && [ $hops -lt 1024 ]; do
+        hops=$((hops + 1))
+        read -r s 2>/dev/null </proc/$q/stat || return 1
+        set -- ${s##*) }
+        [ $hops = 1 ] && [ "$1" = Z ] && return 0
+        case " $keep " in *" $q:${20} "*) return 0 ;; esac
+        q=$2
+    done
+    return 1
+}
+i=0
+while [ $i -lt 500 ]; do
+    i=$((i + 1)); found=
+    for d in /proc/[0-9]*; do
+        p=${d#/proc/}
+        [ "$p" = $$ ] || [ "$p" = 1 ] || spared "$p" || { kill -9 "$p" 2>/dev/null && found=1; }
+    done
+    [ -n "$found" ] || break
+done
+exit $rc
+"""
 """Wraps every command: afterwards, kill whatever it left running (every EXEC_USER process but this
-shell), as the local backend's pid namespace does; the init survives, owned by another uid. While
-background programs run (`keep`: their roots, as pid:start-time), everything else is killed, in passes
-until a pass finds nothing left to kill (what forked during one is caught by the next): see `_SPARE`."""
-_SPARE = r"""
-{ s = $0; sub(/.*\) /, "", s); split(s, f, " "); pid = $1 + 0
-  state[pid] = f[1]; parent[pid] = f[2] + 0; id[pid] = pid ":" f[20] }
-END {
-  n = split(keep, k, " "); for (i = 1; i <= n; i++) kept[k[i]] = 1
-  for (pid in parent) {
-    if (pid + 0 == me || pid + 0 == 1 || state[pid] == "Z") continue
-    spare = 0; q = pid + 0
-    for (hops = 0; q > 1 && hops < 65536; hops++) {
-      if (id[q] in kept) { spare = 1; break }
-      if (!(q in parent)) break
-      q = parent[q]
-    }
-    if (!spare) print pid
-  }
-}"""
-"""Which processes the clean-up kills, given every /proc/PID/stat: all but the background programs'
-roots and their descendants. A root is named by its pid and its start time (field 22), which no other
-process can take, so a command cannot pass for one; and a process's parent is its creator (or the init,
-once orphaned), so a command cannot put itself under one. What a background program starts and then
-orphans (a double-forking daemon) is no longer its descendant and goes at the next command's end."""
+shell), as the local backend's pid namespace does; the init survives, owned by another uid.
+
+While background programs run (`keep`: their roots, each as pid:start-time), it kills every process
+but those roots and their descendants (and zombies, already dead), in passes until a pass kills
+nothing, so what forked during one pass is caught by the next. A root is named by its pid and its
+start time (field 22 of /proc/PID/stat), which no other process can take, so a command cannot pass
+for one; a process's parent is its creator (or the init, once orphaned), so a command cannot put
+itself under one. What a background program starts and then orphans (a double-forking daemon) is no
+longer its descendant and goes at the next command's end. Shell builtins only (read, set, case, kill):
+it forks nothing, so a command that used up the pids limit cannot stop it, and it runs the image's
+`sh` alone, whatever the caller's PATH."""
 _BACKGROUND = (
-    "printf 'envhub-background %s\\n' \"$(awk -v me=$$ "
-    '\'$1 == me { s = $0; sub(/.*\\) /, "", s); split(s, f, " "); print me ":" f[20] }\' '
-    '/proc/$$/stat)"; exec "$@"'
+    'root() { echo "envhub-background $$:${20}"; }; read -r s </proc/$$/stat; root ${s##*) }; exec "$@"'
 )
-"""Starts a background program: its first line says its root's pid:start-time, then it execs argv."""
+"""Starts a background program: its first line names its root (pid:start-time), then it execs argv."""
 BACKGROUND_START_S = 30.0
 LABEL = "envhub.sandbox"
 OWNER_LABEL = owner.MARK_PID
@@ -250,19 +253,7 @@ class DockerSandbox(Sandbox):
 
         api = self._client.api
         keep = " ".join(sorted(self._keep))
-        wrapped = [
-            "sh",
-            "-c",
-            _REAP,
-            "envhub-exec",
-            keep,
-            _SPARE,
-            "timeout",
-            "-s",
-            "KILL",
-            f"{limit:.3f}s",
-            *argv,
-        ]
+        wrapped = ["sh", "-c", _REAP, "envhub-exec", keep, "timeout", "-s", "KILL", f"{limit:.3f}s", *argv]
         exec_id = api.exec_create(
             self._container.id,
             wrapped,
@@ -394,7 +385,7 @@ class DockerSandbox(Sandbox):
         await asyncio.shield(self._run(["true"]))  # not kept: this command's clean-up kills it
         raise SandboxError(
             f"the background program did not start in the container (it said {line[:200]!r}); "
-            f"the image {self.image} needs sh and awk"
+            f"the image {self.image} needs sh and /proc"
         )
 
     def _start_exec(self, argv: list[str], env: Mapping[str, str]) -> tuple[str, Any]:

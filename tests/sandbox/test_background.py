@@ -74,6 +74,19 @@ async def test_what_a_command_leaves_is_still_killed_while_a_background_runs(sb:
     await bg.kill()
 
 
+async def test_leftovers_that_use_up_the_pids_limit_are_killed_while_a_background_runs(sb: Sandbox) -> None:
+    """The clean-up forks nothing, so a command that left the sandbox no process to spare cannot stop
+    it: its leftovers go, the background stays, and the next command runs."""
+    bg = await sb.start_background(["sh", "-c", SESSION])
+    await asyncio.wait_for(bg.stdout.readline(), 20)
+    flood = await sb.exec("for i in $(seq 200); do sleep 300 & done 2>/dev/null; echo flooded")
+    assert flood.exit_code != 0 or flood.stdout == "flooded\n"
+    after = await sb.exec("sleep 0.01 & echo ran")  # would fail to fork with the leftovers there
+    assert after.stdout == "ran\n", after.stderr
+    assert await ask(bg, "alive") == "yes"
+    await bg.kill()
+
+
 async def test_kill_ends_the_program_and_what_it_started(sb: Sandbox) -> None:
     script = f"flock /tmp/bgchild sleep 300 & {HELD.format(lock='/tmp/bgchild')}; echo up; wait"
     bg = await sb.start_background(["sh", "-c", script])
