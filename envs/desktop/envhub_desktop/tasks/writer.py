@@ -23,8 +23,8 @@ from envhub_desktop.provenance import saved_by_office
 from envhub_desktop.tasks.base import WORDS, Check, Episode, Saved, Task
 
 Shape = tuple[object, ...]
-"""A block as the checkers compare it: ("p", text, look), ("h", level, text), ("list", bullet, texts) or
-("table", rows)."""
+"""A block as the checkers compare it: ("p", text, look) with look "plain", "bold" or "mixed",
+("h", level, text), ("list", bullet, texts, every item plain) or ("table", rows)."""
 SAVE: list[DesktopAction] = [Keys(("ctrl", "s")), Wait(2.0)]
 OTHER_WORDS = ("Ocean", "Granite", "Thistle", "Beacon", "Juniper", "Cobalt", "Prairie", "Glacier")
 """Words no seed holds (WORDS are lower case), for text the task adds."""
@@ -277,6 +277,8 @@ def _save_as(name: str, kind: str) -> list[DesktopAction]:
 
 
 def save_as_text(rng: random.Random) -> Episode:
+    """Plain text carries no producer metadata, so this checker reads only the lines: the Writer desktop
+    has no terminal and LibreOffice's macros are off, which leaves Save As the way to write the file."""
     seed = _paragraphs(rng)
     path, target = "/work/story.fodt", "/work/story.txt"
     document = fodt(seed)
