@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
+from typing import Literal
 
 from envhub_desktop.actions import DesktopAction, Keys, TypeText, Wait
 from envhub_desktop.desktop import STATE_DIR
@@ -109,7 +110,7 @@ def transfer(names: list[str], src: str, dst: str, *, copy: bool = False) -> lis
     return [*steps, Wait(0.8)]
 
 
-def create(kind: str, name: str) -> list[DesktopAction]:
+def create(kind: Literal["folder", "file"], name: str) -> list[DesktopAction]:
     """Make a new folder (`kind` "folder") or empty file in the open folder: its name dialog, then a
     pause, since the view selects the new item when it shows and a selection made before that is lost."""
     keys = ("ctrl", "shift", "n") if kind == "folder" else ("ctrl", "alt", "n")
