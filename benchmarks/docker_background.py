@@ -1,5 +1,5 @@
 """Docker background programs (`Sandbox.start_background`): what one costs, and what it adds to every
-command while it runs (the clean-up then reads /proc/*/stat with awk instead of one `kill -9 -1`).
+command while it runs (the clean-up then walks /proc/*/stat in shell instead of one `kill -9 -1`).
 
 python benchmarks/docker_background.py [--runs N] [--image TAG]
 
