@@ -1,9 +1,10 @@
 """`desktop-v0`: tasks on a private X11 desktop, seen as screenshots, played with pointer and key tools.
 
-Each episode gets a desktop of its own (a local sandbox running Xvfb, openbox and the task's app, see
-`envhub_desktop.desktop`) with the task's seeded files; it is closed when the next episode starts or the
-env closes, so nothing of one episode reaches the next. With `spare=True` (the default) the next
-episode's desktop (sandbox, display, window manager) is started in the background while this one plays,
+Each episode gets a desktop of its own (a sandbox, local or docker by the `backend` option, running
+Xvfb, openbox and the task's app, see `envhub_desktop.desktop`) with the task's seeded files; it is
+closed when the next episode starts or the env closes, so nothing of one episode reaches the next. With
+`spare=True` (the default) the next episode's desktop (sandbox, display, window manager) is started in
+the background while this one plays,
 and reset only writes the files and starts the app.
 
 Actions from one assistant message run one at a time, in order. The episode ends with done(), or when the
@@ -30,7 +31,7 @@ from envhub_desktop.tasks import FAMILIES, TASKS, Episode, Saved, Task
 
 
 class DesktopEnv(envhub.ToolEnv):
-    """A real desktop in the local sandbox: observe a screenshot and the window list, act with tools."""
+    """A real desktop in a local or docker sandbox: observe a screenshot and the window list, act."""
 
     system_prompt = (
         "You control a Linux desktop to complete a task. Each observation is a screenshot and the list of "
