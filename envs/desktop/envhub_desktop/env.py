@@ -4,8 +4,7 @@ Each episode gets a desktop of its own (a sandbox, local or docker by the `backe
 Xvfb, openbox and the task's app, see `envhub_desktop.desktop`) with the task's seeded files; it is
 closed when the next episode starts or the env closes, so nothing of one episode reaches the next. With
 `spare=True` (the default) the next episode's desktop (sandbox, display, window manager) is started in
-the background while this one plays,
-and reset only writes the files and starts the app.
+the background while this one plays, and reset only writes the files and starts the app.
 
 Actions from one assistant message run one at a time, in order. The episode ends with done(), or when the
 agent answers without a tool call; the reward reads the file the app saved.
