@@ -176,6 +176,8 @@ class DockerSandbox(Sandbox):
         self._fork_image: str | None = None
         """The image committed for this sandbox when it was forked from another; removed with it."""
         self._keep: set[str] = set()
+        self._backgrounds: set[ExecBackground] = set()
+        """Those started here and still being read: their readers end when the container goes."""
         """The running background programs' roots (pid:start-time), which the commands' clean-up spares."""
 
     @classmethod
@@ -374,6 +376,7 @@ class DockerSandbox(Sandbox):
         async with self._lock:
             exec_id, sock = await asyncio.to_thread(self._start_exec, argv, env or {})
             background = await ExecBackground.open(self, exec_id, sock)
+            self._backgrounds.add(background)
             line = b""
             with contextlib.suppress(TimeoutError, ValueError):
                 line = await asyncio.wait_for(background.stdout.readline(), BACKGROUND_START_S)
@@ -545,6 +548,11 @@ class DockerSandbox(Sandbox):
             await asyncio.to_thread(self._container.remove, force=True)
             if self._fork_image is not None:
                 await asyncio.to_thread(_remove_image, self._client, self._fork_image)
+            # Their programs died with the container; their readers end now, not after the client closes.
+            ending = [background.wait() for background in self._backgrounds]
+            if ending:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.gather(*ending), HOST_GRACE_S)
         finally:
             self._client.close()
 
@@ -780,6 +788,7 @@ class ExecBackground(Background):
                 self._sdk_sock.close()
             self._sandbox._keep.discard(self.root)  # its pid may be another process's next
             self._returncode = await self._exit_code()
+            self._sandbox._backgrounds.discard(self)
             self._ended.set()
 
     async def _exit_code(self) -> int:
