@@ -108,7 +108,7 @@ class DesktopEnv(envhub.ToolEnv):
         if self.tasks[self.drawn].office:
             await install_profile(desktop)
         await desktop.launch(episode.app, window=episode.window, within=90)
-        await desktop.wait_still()
+        await desktop.wait_still(quiet=self.tasks[self.drawn].first_screen_quiet)
         self.reset_seconds = time.monotonic() - begun
         try:
             return [await self._observation(f"Task: {episode.goal}\n\n")]

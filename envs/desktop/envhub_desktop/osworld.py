@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import random
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -69,10 +68,6 @@ LAUNCHABLE = ("mousepad", "soffice", "libreoffice", "xterm", "pcmanfm")
 CSV_FILTER = "--infilter=Text - txt - csv (StarCalc):44,34,76,1"
 """Opens a .csv as comma-separated UTF-8 without Calc's Text Import dialog (OSWorld's VM does the same
 by its own LibreOffice settings; a dialog first would make the start depend on the dialog's defaults)."""
-
-
-OFFICE_QUIET = 2.0
-"""Seconds of a still screen before a LibreOffice task's first observation (see `OsworldDesktopEnv.setup`)."""
 
 
 class OsworldTaskError(ValueError):
@@ -453,17 +448,6 @@ class OsworldDesktopEnv(DesktopEnv):
     @property
     def tasks(self) -> dict[str, Task]:
         return dict(self.osworld_tasks)
-
-    async def setup(self, rng: random.Random) -> list[Message]:
-        """As DesktopEnv's, but a LibreOffice document is observed only after OFFICE_QUIET s of a still
-        screen: importing a user's .xlsx, Calc leaves its new window unpainted for over the desktop's
-        0.5 s (seen in 1 of 8 resets under load 8), and two resets of one seed then showed different
-        first screens."""
-        messages = await super().setup(rng)
-        if not self.tasks[self.drawn].office or self.desktop is None or self.episode is None:
-            return messages
-        await self.desktop.wait_still(quiet=OFFICE_QUIET)
-        return [await self._observation(f"Task: {self.episode.goal}\n\n")]
 
     def reference_action(self, messages: list[Message]) -> envhub.Action:
         """The task's `envhub_oracle` strings, each one turn of the pyautogui tool, then done()."""

@@ -69,7 +69,7 @@ async def test_each_tasks_oracle_scores_1_and_doing_nothing_scores_0(task: str) 
 
 async def test_envhub_check_passes_on_the_xlsx_task() -> None:
     """The arrival check (determinism, oracle, random, store) on the task whose first screen needed the
-    longer still-screen wait: Calc importing an .xlsx (`osworld.OFFICE_QUIET`)."""
+    longer still-screen wait: Calc importing an .xlsx (`Task.first_screen_quiet`)."""
     report = await acheck(
         "desktop-osworld", seeds=2, episodes=2, env_kwargs={"tasks": str(DATA), "task": "prices-fill-cell"}
     )

@@ -20,6 +20,10 @@ WORDS = [
 ]
 
 
+FIRST_SCREEN_QUIET = 0.5
+OFFICE_FIRST_SCREEN_QUIET = 2.0
+
+
 @dataclass(frozen=True)
 class Saved:
     """What a checker may read after the episode: the files and directory trees the apps left."""
@@ -84,6 +88,14 @@ class Task:
     def office(self) -> bool:
         """Whether the app is LibreOffice, which wants the prepared profile (`envhub_desktop.office`)."""
         return self.app.startswith("libreoffice")
+
+    @property
+    def first_screen_quiet(self) -> float:
+        """How long the screen must stay unchanged before the first observation, in seconds. LibreOffice
+        maps a document's window before it has loaded and painted it, and under load (8 on 2 cores) a
+        window stayed grey for over 0.5 s (1 reset in 8: two resets of one seed then showed different
+        first screens, failing `envhub check`); 2 s of stillness held in every reset tried since."""
+        return OFFICE_FIRST_SCREEN_QUIET if self.office else FIRST_SCREEN_QUIET
 
 
 def word_lines(rng: random.Random, n: int) -> list[str]:
