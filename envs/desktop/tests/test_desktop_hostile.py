@@ -6,7 +6,8 @@ The suite (`tests/sandbox/test_hostile.py`) is not copied: its test functions ar
 with this module's `sb` and `backend` fixtures and its policies made desktop ones (`desktop_flavoured`):
 every IsolationPolicy a case builds gets the desktop's read-only /etc binds and environment, with the
 case's own limits; a case that asks for no policy gets `desktop_policy()` itself. A case added to the
-suite runs here too. The desktop runs on the local backend, so the cases run there.
+suite runs here too. The cases run on both backends the desktop runs on: local (bubblewrap) and docker
+(the desktop's image).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 from envhub_desktop.actions import TypeText
-from envhub_desktop.desktop import DESKTOP_ETC, Desktop, desktop_policy
+from envhub_desktop.desktop import DESKTOP_ETC, DESKTOP_IMAGE, Desktop, desktop_policy
 from envhub_desktop.env import TerminalDesktopEnv
 from envhub_desktop.tasks import Saved
 
@@ -50,7 +51,16 @@ def desktop_flavoured(**limits: Any) -> IsolationPolicy:
 
 
 async def open_desktop_sandbox(backend: str, policy: IsolationPolicy | None = None) -> Sandbox:
-    return await sandbox.open(backend, policy=policy or desktop_policy())  # type: ignore[arg-type]
+    """A sandbox as the desktop opens one on `backend`: on docker, its image, and none of the host /etc
+    binds (the image has its own configuration), as `desktop_policy(backend="docker")` has none."""
+    policy = policy or desktop_policy()
+    if backend == "local":
+        return await sandbox.open("local", policy=policy)
+    host_binds = desktop_policy().ro_binds
+    binds = {host: inside for host, inside in policy.ro_binds.items() if host not in host_binds}
+    return await sandbox.open(
+        "docker", policy=policy.model_copy(update={"ro_binds": binds}), image=DESKTOP_IMAGE
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -60,14 +70,15 @@ def desktop_policies(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(suite, "open_backend", open_desktop_sandbox)
 
 
-@pytest.fixture
-def backend() -> str:
-    return "local"
+@pytest.fixture(params=["local", "docker"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Both backends the desktop runs on (docker with the desktop's image, sandboxes/desktop/build.sh)."""
+    return str(request.param)
 
 
 @pytest.fixture
-async def sb() -> AsyncIterator[Sandbox]:
-    async with sandbox.open("local", policy=desktop_policy()) as box:
+async def sb(backend: str) -> AsyncIterator[Sandbox]:
+    async with await open_desktop_sandbox(backend) as box:
         yield box
 
 
@@ -94,18 +105,19 @@ def test_the_desktop_policy_is_what_the_cases_get() -> None:
     assert flavoured.env["X"] == "1" and not flavoured.network and flavoured.seccomp
 
 
-async def test_the_desktops_etc_binds_are_read_only(sb: Sandbox) -> None:
+async def test_the_desktops_etc_binds_are_read_only() -> None:
     """What the desktop's policy adds to the default (DESKTOP_ETC and the font cache, bound from the host)
     cannot be written, replaced or removed from inside."""
     binds = list(desktop_policy().ro_binds)
     assert set(binds) >= {path for path in DESKTOP_ETC if Path(path).exists()}
     before = {path: sorted(p.name for p in Path(path).iterdir()) for path in binds}
-    for path in binds:
-        r = await sb.exec(
-            f"echo x > {path}/envhub-probe; mkdir {path}/envhub-dir; "
-            f'for f in {path}/*; do rm -rf "$f" || mv "$f" "$f.moved"; break; done; echo done'
-        )
-        assert r.stdout.strip() == "done" and "Read-only file system" in r.stderr, r.stderr
+    async with sandbox.open("local", policy=desktop_policy()) as sb:
+        for path in binds:
+            r = await sb.exec(
+                f"echo x > {path}/envhub-probe; mkdir {path}/envhub-dir; "
+                f'for f in {path}/*; do rm -rf "$f" || mv "$f" "$f.moved"; break; done; echo done'
+            )
+            assert r.stdout.strip() == "done" and "Read-only file system" in r.stderr, r.stderr
     assert before == {path: sorted(p.name for p in Path(path).iterdir()) for path in binds}
 
 
