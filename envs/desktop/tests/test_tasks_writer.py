@@ -10,11 +10,13 @@ import zipfile
 from xml.sax.saxutils import escape
 
 import pytest
+from envhub_desktop.actions import DesktopAction, Keys, Wait
 from envhub_desktop.env import DesktopEnv
-from envhub_desktop.odt import fodt, read_text
+from envhub_desktop.odt import fodt, read_blocks, read_text
+from envhub_desktop.provenance import saved_by_office
 from envhub_desktop.tasks import FAMILIES, TASKS, Episode, Saved
 from envhub_desktop.tasks.base import WORDS
-from envhub_desktop.tasks.writer import OTHER_WORDS
+from envhub_desktop.tasks.writer import OTHER_WORDS, shapes
 
 from envhub.messages import Message
 
@@ -39,6 +41,33 @@ async def test_the_oracle_solves_each_writer_task_through_the_gui(task: str) -> 
     env = DesktopEnv(task=task, spare=False)
     try:
         assert [await play_oracle(env, seed) for seed in (1, 2)] == [1.0, 1.0]
+    finally:
+        await env.close()
+
+
+async def test_a_half_done_edit_saved_by_writer_scores_zero_and_the_finished_one_one() -> None:
+    """Real LibreOffice saves: only the asked paragraph's first word bold scores 0; undone and redone over
+    the whole paragraph, the same episode scores 1."""
+    env = DesktopEnv(task="writer-bold-paragraph", spare=False)
+    try:
+        await env.reset(seed=4)
+        assert env.episode is not None and env.desktop is not None
+        texts = read_text(seeded(env.episode))
+        k = texts.index(re.findall(r"`([^`]*)`", env.episode.goal)[0])
+        to_paragraph: list[DesktopAction] = [
+            Keys(("ctrl", "Home")),
+            *([Keys(("ctrl", "Down"), k)] if k else []),
+        ]
+        first_word = [*to_paragraph, Keys(("shift", "ctrl", "Right")), Keys(("ctrl", "b"))]
+        for action in [*first_word, Keys(("ctrl", "s")), Wait(2.0)]:
+            await env.desktop.act(action)
+        assert await env.success() == 0.0
+        data = await env.desktop.sb.read_file(env.episode.reads[0])
+        assert saved_by_office(data)  # Writer did save: the content is what fails
+        assert shapes(read_blocks(data))[k] == ("p", texts[k], "mixed")
+        for action in [Keys(("ctrl", "z")), *env.episode.oracle]:
+            await env.desktop.act(action)
+        assert await env.success() == 1.0
     finally:
         await env.close()
 
