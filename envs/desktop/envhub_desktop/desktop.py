@@ -31,6 +31,7 @@ from envhub.core import InfrastructureError
 from envhub.sandbox import IsolationPolicy, Sandbox, SandboxError
 from envhub.sandbox.base import Background
 from envhub_desktop.actions import DesktopAction, Wait, commands
+from envhub_desktop.stillness import settle
 from envhub_desktop.xwd import xwd_to_png
 
 DISPLAY = ":0"
@@ -168,6 +169,8 @@ class Desktop:
         self._session: Background | None = None
         self.timings = Timings()
         self.remaps = 0
+        self.settled_frame: bytes | None = None
+        """The frame the last `wait_still` settled on."""
         self.office_profile = False
         """Whether LibreOffice's prepared profile is in this desktop (`envhub_desktop.office`)."""
         """Launches whose window had to be mapped again (see `wait_for_window`)."""
@@ -282,25 +285,27 @@ class Desktop:
                 raise ValueError(f"{action.describe()} failed: {r.stderr.strip() or f'exit {r.exit_code}'}")
 
     async def wait_still(self, *, quiet: float = 0.5, within: float = 10.0) -> bool:
-        """Wait until the screen has not changed for `quiet` seconds (`within` at most); False if it
-        kept changing. An app's window is mapped before it is painted (LibreOffice's menus and cells
-        come a moment later), so the first observation waits for this rather than a fixed pause.
-        Carets do not blink (GTK's `gtk-cursor-blink` is off in the session's settings.ini)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        last = await self.sb.read_file(FRAMEBUFFER)
-        since = loop.time()
-        while loop.time() < deadline:
-            await asyncio.sleep(0.1)
-            frame = await self.sb.read_file(FRAMEBUFFER)
-            if frame != last:
-                last, since = frame, loop.time()
-            elif loop.time() - since >= quiet:
-                return True
-        return False
+        """Wait until nothing but a blinking caret has changed on the screen for `quiet` seconds
+        (`within` at most); False if it kept changing. An app's window is mapped before it is painted
+        (LibreOffice's menus and cells come a moment later), so the first observation waits for this
+        rather than a fixed pause. The frame it settled on (the caret drawn, when one blinks: see
+        `envhub_desktop.stillness`) is kept for `screenshot(settled=True)`."""
 
-    async def screenshot(self) -> bytes:
-        """The screen as PNG bytes, read from Xvfb's framebuffer file on the host side."""
+        async def read() -> bytes:
+            try:
+                return await self.sb.read_file(FRAMEBUFFER)
+            except FileNotFoundError:
+                raise DesktopBroken("the X server (Xvfb) is gone: its framebuffer file was removed") from None
+
+        settled = await settle(read, quiet=quiet, within=within)
+        self.settled_frame = settled.frame
+        return settled.still
+
+    async def screenshot(self, *, settled: bool = False) -> bytes:
+        """The screen as PNG bytes, read from Xvfb's framebuffer file on the host side; with `settled`,
+        the frame the last `wait_still` settled on (what a reset shows first)."""
+        if settled and self.settled_frame is not None:
+            return await asyncio.to_thread(xwd_to_png, self.settled_frame)
         try:
             data = await self.sb.read_file(FRAMEBUFFER)
         except FileNotFoundError:

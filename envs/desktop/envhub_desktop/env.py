@@ -111,7 +111,7 @@ class DesktopEnv(envhub.ToolEnv):
         await desktop.wait_still(quiet=self.tasks[self.drawn].first_screen_quiet)
         self.reset_seconds = time.monotonic() - begun
         try:
-            return [await self._observation(f"Task: {episode.goal}\n\n")]
+            return [await self._observation(f"Task: {episode.goal}\n\n", first=True)]
         except DesktopBroken as exc:  # before the agent acted: the machinery's failure, not the agent's
             raise InfrastructureError(f"the desktop broke during reset: {exc}") from exc
 
@@ -385,15 +385,17 @@ class DesktopEnv(envhub.ToolEnv):
             await self.desktop.act(action)
         return action.describe()
 
-    async def _observation(self, prefix: str = "") -> Message:
-        """The screen after the last action: the window list and a screenshot, as one user message."""
+    async def _observation(self, prefix: str = "", *, first: bool = False) -> Message:
+        """The screen after the last action: the window list and a screenshot, as one user message.
+        The first one shows the frame the reset's still-screen wait settled on, so two resets of one
+        seed show the same picture even where a caret blinks."""
         assert self.desktop is not None
-        if self.settle:
+        if self.settle and not first:
             await asyncio.sleep(self.settle)
         windows = await self.desktop.windows()
         parts: list[TextPart | ImagePart] = [TextPart(text=f"{prefix}Windows:\n{windows or '(none)'}")]
         if self.screenshot:
-            parts.append(ImagePart(data=await self.desktop.screenshot()))
+            parts.append(ImagePart(data=await self.desktop.screenshot(settled=first)))
         return user(list(parts))
 
 

@@ -31,7 +31,7 @@ def xwd_to_image(data: bytes) -> Image.Image:
     f = HEADER.unpack_from(data)
     header_size, version, pixmap_format, depth, width, height = f[0], f[1], f[2], f[3], f[4], f[5]
     byte_order, bits_per_pixel, bytes_per_line, ncolors = f[7], f[11], f[12], f[19]
-    red_mask = f[15]
+    red_mask = f[14]  # XWDFileHeader: ..., visual_class (13), red_mask (14), green_mask, blue_mask
     if version != XWD_VERSION or pixmap_format != ZPIXMAP or bits_per_pixel != 32 or depth < 24:
         raise BadFramebuffer(
             "expected an XWD v7 ZPixmap of 32 bits per pixel (Xvfb -screen 0 WxHx24), got "
