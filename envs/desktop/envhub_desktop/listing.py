@@ -8,8 +8,8 @@ CATALOG = Catalog(
         "desktop": EnvCard(
             description=(
                 "Computer use on a private X11 desktop (Xvfb, openbox; Mousepad, LibreOffice Calc, Writer, "
-                "xterm, PCManFM) in the local sandbox: screenshots in, pointer/key/pyautogui actions out, "
-                "graded by the files and folders the apps leave."
+                "xterm, PCManFM) in a local or docker sandbox: screenshots in, pointer/key/pyautogui actions "
+                "out, graded by the files and folders the apps leave."
             ),
             default_sandbox="local",
             data_source="procedural (seeded) files",

@@ -2,7 +2,7 @@
 
 LibreOffice's first start in a fresh profile spends over a second creating it (and running its
 graphics render tests); with a profile made by an earlier GUI start, Calc's window comes in about
-0.7 s instead of about 2 s (docs/desktop-plan.md). A profile made by `soffice --headless` does not
+0.7 s instead of about 2 s (docs/desktop.md). A profile made by `soffice --headless` does not
 save that time, so the profile is made the way a user makes one: Calc opened on a desktop, left to
 finish its set-up (`SETTLE_S`), then quit. It is built in a sandbox of its own that runs nothing
 else, kept in a temporary host directory removed at exit, and copied into each new desktop before

@@ -2,7 +2,7 @@
 
 Xvfb keeps its screen as an XWD image in a memory-mapped file; the sandbox's /tmp is a host directory,
 so the host reads the pixels with no process in the sandbox at all (measured against running `xwd` in
-the sandbox in docs/desktop-plan.md). Pillow has no XWD reader, hence this header parser: the format is
+the sandbox in docs/desktop.md). Pillow has no XWD reader, hence this header parser: the format is
 a fixed big-endian header, a colormap, then rows of pixels.
 """
 
