@@ -29,6 +29,8 @@ from envhub_desktop.tasks import Saved
 
 import envhub.sandbox as sandbox
 from envhub.messages import Message, ToolCall
+from envhub.policies import OraclePolicy
+from envhub.rollout import run_episode
 from envhub.sandbox import IsolationPolicy, Sandbox
 from tests.envhub_testkit.leaks import sandbox_footprint
 from tests.sandbox import test_hostile as suite
@@ -130,15 +132,7 @@ def call(name: str, **arguments: object) -> Message:
 
 async def solve(env: TerminalDesktopEnv, seed: int) -> float:
     """A fresh episode played by its oracle: the env is still usable."""
-    messages, _ = await env.reset(seed=seed)
-    history = list(messages)
-    while True:
-        action = env.reference_action(history)
-        assert isinstance(action, Message)
-        result = await env.step(action)
-        history += [action, *result.observation]
-        if result.terminated or result.truncated:
-            return result.reward
+    return (await run_episode(env, OraclePolicy(), seed=seed)).reward
 
 
 async def type_until_it_ends(env: TerminalDesktopEnv, command: str, steps: int = 10) -> tuple[str, Any]:

@@ -23,6 +23,8 @@ from envhub_desktop.tasks import FAMILIES, Episode, Saved
 from envhub_desktop.tasks.terminal import MAX_ARCHIVE_MEMBERS, archive
 
 from envhub.messages import Message, ToolCall
+from envhub.policies import OraclePolicy
+from envhub.rollout import run_episode
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -204,15 +206,7 @@ def test_the_archive_checker_refuses_crafted_archives() -> None:
 
 
 async def play_oracle(env: TerminalDesktopEnv, seed: int) -> float:
-    messages, _ = await env.reset(seed=seed)
-    history = list(messages)
-    while True:
-        action = env.reference_action(history)
-        assert isinstance(action, Message)
-        result = await env.step(action)
-        history += [action, *result.observation]
-        if result.terminated or result.truncated:
-            return result.reward
+    return (await run_episode(env, OraclePolicy(), seed=seed)).reward
 
 
 @pytest.mark.parametrize("name", TERMINAL)

@@ -18,22 +18,15 @@ from envhub_desktop.tasks import FAMILIES, TASKS, Episode, Saved
 from envhub_desktop.tasks.base import WORDS
 from envhub_desktop.tasks.writer import OTHER_WORDS, shapes
 
-from envhub.messages import Message
+from envhub.policies import OraclePolicy
+from envhub.rollout import run_episode
 
 pytestmark = pytest.mark.timeout(600)
 WRITER = sorted(task.name for task in FAMILIES["writer"])
 
 
 async def play_oracle(env: DesktopEnv, seed: int) -> float:
-    messages, _ = await env.reset(seed=seed)
-    history = list(messages)
-    while True:
-        action = env.reference_action(history)
-        assert isinstance(action, Message)
-        result = await env.step(action)
-        history += [action, *result.observation]
-        if result.terminated or result.truncated:
-            return result.reward
+    return (await run_episode(env, OraclePolicy(), seed=seed)).reward
 
 
 @pytest.mark.parametrize("task", WRITER)
