@@ -27,7 +27,7 @@ import statistics
 import time
 
 from envhub_desktop.actions import Keys
-from envhub_desktop.desktop import Desktop
+from envhub_desktop.desktop import Backend, Desktop
 from envhub_desktop.env import DesktopEnv
 from envhub_desktop.office import built_profile, install_profile
 from envhub_desktop.tasks import FAMILIES, TASKS
@@ -54,6 +54,10 @@ def load() -> str:
         return " ".join(f.read().split()[:3])
 
 
+BACKEND: Backend = "local"
+"""Where the desktops run (`--backend`)."""
+
+
 async def fresh(task: str, runs: int) -> list[float]:
     """A new desktop per reset, as `DesktopEnv(spare=False)` does: LibreOffice's prepared profile is
     copied in (built once per process, before the clock starts: `profile build` below)."""
@@ -61,7 +65,7 @@ async def fresh(task: str, runs: int) -> list[float]:
     for seed in range(runs):
         episode = TASKS[task].build(random.Random(seed))
         begun = time.monotonic()
-        desktop = await Desktop().start()
+        desktop = await Desktop(backend=BACKEND).start()
         try:
             for path, content in episode.files.items():
                 await desktop.sb.write_file(path, content)
@@ -76,7 +80,7 @@ async def fresh(task: str, runs: int) -> list[float]:
 
 
 async def with_spare(task: str, runs: int, steps: int) -> tuple[list[float], list[float]]:
-    env = DesktopEnv(task=task, spare=True, settle=0.0)
+    env = DesktopEnv(task=task, spare=True, settle=0.0, backend=BACKEND)
     resets, step_times = [], []
     try:
         await env.reset(seed=0)
@@ -148,9 +152,11 @@ async def main(runs: int, steps: int, launches: int, tasks: list[str]) -> None:
     console = Console(width=130)
     console.print(f"load average before: {load()}")
     begun = time.monotonic()
-    await built_profile()
+    await built_profile(BACKEND)
     console.print(f"LibreOffice profile build, once per process: {(time.monotonic() - begun) * 1000:.1f} ms")
-    table = Table(title=f"desktop reset and step, ms (median / max; {runs} resets, {runs * steps} steps)")
+    table = Table(
+        title=f"desktop reset and step on {BACKEND}, ms (median / max; {runs} resets, {runs * steps} steps)"
+    )
     for column in ("task", "app", "fresh start", "spare reset", "spare / fresh", "step"):
         table.add_column(column, justify="left" if column in ("task", "app") else "right")
     for task in tasks:
@@ -175,7 +181,9 @@ if __name__ == "__main__":
         default=",".join(family[0].name for family in FAMILIES.values() if family),
         help="comma-separated task names (default: the first task of each application family)",
     )
+    parser.add_argument("--backend", choices=("local", "docker"), default="local")
     args = parser.parse_args()
+    BACKEND = "docker" if args.backend == "docker" else "local"
     names = [name for name in args.tasks.split(",") if name]
     unknown = sorted(set(names) - set(TASKS))
     if unknown:
