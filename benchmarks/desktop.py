@@ -5,8 +5,9 @@ python benchmarks/desktop.py [--runs N] [--steps N] [--tasks NAME,...] [--launch
 Prints one table row per task (by default the first task of each application family) and the machine's
 load average before and after, since the figures move with it.
 
-- fresh: what a reset costs with no spare: sandbox + Xvfb + openbox + the app's window, per app
-  (LibreOffice with its prepared profile copied in), and the screen still for 0.5 s, as the env's reset.
+- fresh: what a reset costs with no spare (`DesktopEnv(spare=False)`): sandbox + Xvfb + openbox + the
+  app's window (LibreOffice with its prepared profile copied in), and the screen still (0.5 s; 2 s for
+  LibreOffice, `Task.first_screen_quiet`).
 - spare: `DesktopEnv` reset when the previous episode's background start has finished (and 3 s more,
   as a short episode takes): files + the app + the screen still (`Desktop.wait_still`).
 - step: one tool call (a key press) and the observation after it (window list + PNG screenshot),
@@ -22,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import statistics
 import time
 
 from envhub_desktop.actions import Keys
 from envhub_desktop.desktop import Backend, Desktop
 from envhub_desktop.env import DesktopEnv
-from envhub_desktop.office import built_profile, install_profile
+from envhub_desktop.office import built_profile
 from envhub_desktop.tasks import FAMILIES, TASKS
 from rich.console import Console
 from rich.table import Table
@@ -59,23 +59,18 @@ BACKEND: Backend = "local"
 
 
 async def fresh(task: str, runs: int) -> list[float]:
-    """A new desktop per reset, as `DesktopEnv(spare=False)` does: LibreOffice's prepared profile is
-    copied in (built once per process, before the clock starts: `profile build` below)."""
+    """`DesktopEnv(spare=False)` resets: a new desktop each time, LibreOffice's prepared profile copied in
+    (built once per process, before the clock starts: `profile build` below), the task's still-screen
+    wait; the last episode's desktop is closed first, as in the spare run."""
+    env = DesktopEnv(task=task, spare=False, settle=0.0, backend=BACKEND)
     times = []
-    for seed in range(runs):
-        episode = TASKS[task].build(random.Random(seed))
-        begun = time.monotonic()
-        desktop = await Desktop(backend=BACKEND).start()
-        try:
-            for path, content in episode.files.items():
-                await desktop.sb.write_file(path, content)
-            if TASKS[task].office:
-                await install_profile(desktop)
-            await desktop.launch(episode.app, window=episode.window, within=90)
-            await desktop.wait_still()  # as DesktopEnv's reset does before its first observation
+    try:
+        for seed in range(runs):
+            begun = time.monotonic()
+            await env.reset(seed=seed)
             times.append(time.monotonic() - begun)
-        finally:
-            await desktop.close()
+    finally:
+        await env.close()
     return times
 
 
