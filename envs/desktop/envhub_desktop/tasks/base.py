@@ -81,8 +81,6 @@ class Task:
     """The Debian program the task is played in (mousepad, libreoffice-calc, xterm, ...)."""
     summary: str
     build: Callable[[random.Random], Episode]
-    resident: tuple[str, ...] = ()
-    """A program a spare desktop starts ahead of the episode so the app opens fast (none: nothing)."""
 
     @property
     def office(self) -> bool:

@@ -24,11 +24,6 @@ from envhub_desktop.office import OFFICE_OPTIONS
 from envhub_desktop.provenance import saved_by_office
 from envhub_desktop.tasks.base import WORDS, Check, Episode, Saved, Task
 
-CALC_RESIDENT = ("soffice", "--nodefault", *OFFICE_OPTIONS)
-"""LibreOffice started with no document, on a spare desktop: a later `soffice file` hands the file to it
-over its pipe. No task uses it now: with the prepared profile (`envhub_desktop.office`) it saves only
-~0.3 s, and a spare taken while it still initialises (back-to-back resets) shows the document's window
-unpainted for over half a second, so two resets of one seed could observe different first screens."""
 SAVE: list[DesktopAction] = [Keys(("ctrl", "s")), Wait(1.5)]
 Rows = list[list[Cell]]
 ITEMS = ("rent", "food", "travel", "books", "power", "water", "phone", "gym", "tea", "bike", "gift", "desk")
@@ -308,7 +303,7 @@ def calc_export_csv(rng: random.Random) -> Episode:
 
 
 def _task(name: str, summary: str, build: Callable[[random.Random], Episode]) -> Task:
-    return Task(name, "libreoffice-calc", summary, build, CALC_RESIDENT)
+    return Task(name, "libreoffice-calc", summary, build)
 
 
 TASKS = (
