@@ -6,6 +6,7 @@ import io
 import random
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from envhub.messages import ImagePart, TextPart
 # out here (not skipped), and swe-mini checks the same env class offline.
 NEEDS_REAL_REPOSITORIES = {"swe-bench-lite-v0"}
 BUILT_IN = sorted(set(envhub.registry.index.ids()) - NEEDS_REAL_REPOSITORIES) if envhub.registry.index else []
-OPTIONS: dict[str, dict[str, str]] = {
+OPTIONS: dict[str, dict[str, Any]] = {
     "desktop-osworld-v0": {"tasks": str(Path(__file__).parents[3] / "envs/desktop/tests/data/osworld")},
 }
 """Ids that play only the tasks a user gives them: checked on the plugin's own test tasks."""
