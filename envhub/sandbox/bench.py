@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -32,8 +34,14 @@ PY = "/usr/bin/python3"
 Timed = Callable[[], Awaitable[None]]
 
 
+GOALS: dict[str, float] = {"true": 1.5, "true_asyncio": 1.5, "cold": 2.0, "ready": 1.5}
+"""The most local / subprocess each row may cost (issue 33): the printed verdicts hold the rows to them."""
+
+
 @dataclass
 class Row:
+    key: str
+    """Which measurement (a key of GOALS where the row has a goal)."""
     name: str
     """A short name, so the table fits an 80-column terminal."""
     metric: str
@@ -57,17 +65,23 @@ async def _p50_ms(fn: Timed, n: int, *, untimed: Timed | None = None) -> float:
 async def _paired_p50_ms(
     fn: Timed, base: Timed, n: int, *, untimed: Timed | None = None
 ) -> tuple[float, float]:
-    """Medians of `fn` and of its baseline, run alternately (`untimed` before each): on a shared host the
-    load drifts from minute to minute, and a ratio of figures taken apart would measure the drift."""
-    samples: dict[Timed, list[float]] = {fn: [], base: []}
+    """Medians of `fn` and of its baseline, run alternately (`untimed` before each)."""
+    medians = await _interleaved_p50_ms([base, fn], n, untimed=untimed)
+    return medians[1], medians[0]
+
+
+async def _interleaved_p50_ms(fns: list[Timed], n: int, *, untimed: Timed | None = None) -> list[float]:
+    """The median of each of `fns`, run in turn, round after round (`untimed` before each): on a shared
+    host the load drifts from minute to minute, and a ratio of figures taken apart would measure the drift."""
+    samples: list[list[float]] = [[] for _ in fns]
     for _ in range(n):
-        for each in (base, fn):
+        for each, kept in zip(fns, samples, strict=True):
             if untimed is not None:
                 await untimed()
             start = time.perf_counter()
             await each()
-            samples[each].append(time.perf_counter() - start)
-    return statistics.median(samples[fn]) * 1000, statistics.median(samples[base]) * 1000
+            kept.append(time.perf_counter() - start)
+    return [statistics.median(kept) * 1000 for kept in samples]
 
 
 async def _per_second(make: Timed, n: int, workers: int = 2) -> float:
@@ -88,6 +102,11 @@ async def _subprocess(*argv: str, stdin: bytes | None = None) -> None:
         stderr=asyncio.subprocess.PIPE,
     )
     await proc.communicate(stdin)
+
+
+async def _plain_run_true() -> None:
+    """The plainest baseline there is: `subprocess.run`, no pipes, blocking the loop as it waits."""
+    subprocess.run(["/bin/true"], check=False)  # noqa: ASYNC221 - the blocking baseline is the point
 
 
 async def _plain_python() -> None:
@@ -152,9 +171,10 @@ async def _local_rows(n: int) -> tuple[dict[str, float | None], dict[str, float 
         await _spares_made()  # the replacement for the spare just taken
         python, true = [PY, "-c", "pass"], ["true"]
         out["warm"], base["warm"] = await _paired_p50_ms(lambda: _discard(sb.exec(python)), _plain_python, n)
-        out["true"], base["true"] = await _paired_p50_ms(
-            lambda: _discard(sb.exec(true)), lambda: _subprocess("true"), n
+        base["true"], base["true_asyncio"], out["true"] = await _interleaved_p50_ms(
+            [_plain_run_true, lambda: _subprocess("/bin/true"), lambda: _discard(sb.exec(true))], max(n, 40)
         )
+        out["true_asyncio"] = out["true"]
         out["worker"] = await _worker_p50(sb, n)
     base["worker"] = await _plain_worker_p50(max(n, 200))
 
@@ -191,7 +211,7 @@ async def _docker_rows(n: int, image: str | None) -> dict[str, float | None]:
     out: dict[str, float | None] = {"cold": await _p50_ms(cold, n), "ready": None, "own": None}
     async with sandbox.open("docker", policy=policy, image=image) as sb:
         out["warm"] = await _p50_ms(lambda: _discard(sb.exec(["python3", "-c", "pass"])), n)
-        out["true"] = await _p50_ms(lambda: _discard(sb.exec(["true"])), n)
+        out["true"] = out["true_asyncio"] = await _p50_ms(lambda: _discard(sb.exec(["true"])), n)
         out["worker"] = await _worker_p50(sb, n)
     out["rate"] = await _per_second(create, max(4, n))
     return out
@@ -216,19 +236,34 @@ async def measure(iterations: int = 50, *, docker: bool | None = None, image: st
         "ready": ("ready start", "the same, with the spares started (untimed wait; local only), p50", "ms"),
         "own": ("own policy", "the same, with a policy of its own (no spare), p50", "ms"),
         "warm": ("python", "`python -c pass` in an open sandbox, p50", "ms"),
-        "true": ("exec", "`true` in an open sandbox (exec overhead), p50", "ms"),
+        "true": ("exec", "`true` in an open sandbox vs `subprocess.run(['/bin/true'])`, p50", "ms"),
+        "true_asyncio": ("exec (asyncio)", "the same exec vs an asyncio subprocess with pipes, p50", "ms"),
         "worker": ("worker call", "persistent worker `run('pass')` round trip, p50", "ms"),
         "rate": ("create+close", "sandboxes created + closed per second, 2 workers", "/s"),
     }
     return [
-        Row(name, metric, unit, {backend: col.get(key) for backend, col in columns.items()})
+        Row(key, name, metric, unit, {backend: col.get(key) for backend, col in columns.items()})
         for key, (name, metric, unit) in labels.items()
     ]
 
 
-def to_table(rows: list[Row]) -> Group:
+def verdicts(rows: list[Row]) -> list[str]:
+    """A line per row with a goal: its local / subprocess ratio against the goal, met or missed."""
+    lines = []
+    for row in rows:
+        goal = GOALS.get(row.key)
+        base, local = row.values.get("subprocess"), row.values.get("local")
+        if goal is None or not base or not local:
+            continue
+        ratio = local / base
+        lines.append(f"{row.name}: {ratio:.2f}x (goal <= {goal:g}x): {'met' if ratio <= goal else 'MISSED'}")
+    return lines
+
+
+def to_table(rows: list[Row], *, load: tuple[float, float] | None = None) -> Group:
     """One short line per metric (the unit beside its name), the full descriptions under the table:
-    long labels in a cell would wrap into unreadable columns on an 80-column terminal."""
+    long labels in a cell would wrap into unreadable columns on an 80-column terminal. Then the
+    verdicts, and the machine's load around the run (`load`: 1-minute averages before and after)."""
     backends = list(rows[0].values)
     table = Table(title="envhub sandbox benchmark (subprocess = no isolation)")
     table.add_column("metric", no_wrap=True)
@@ -245,9 +280,13 @@ def to_table(rows: list[Row]) -> Group:
         "ratio: local / subprocess; the subprocess runs alternate with the local ones, run by run (cold"
         " start: measured just before, since back to back opens keep spares warming)"
     ]
-    return Group(table, Text("\n".join([*legend, *notes]), style="dim"))
+    if load is not None:
+        notes.append(f"load average (1 min): {load[0]:.2f} before, {load[1]:.2f} after")
+    return Group(table, Text("\n".join([*legend, *notes]), style="dim"), Text("\n".join(verdicts(rows))))
 
 
 def run_benchmark(iterations: int = 50, *, docker: bool | None = None, image: str | None = None) -> Group:
     """The CLI's entry point: measure and return the comparison: a table and what each row measures."""
-    return to_table(asyncio.run(measure(iterations, docker=docker, image=image)))
+    before = os.getloadavg()[0]
+    rows = asyncio.run(measure(iterations, docker=docker, image=image))
+    return to_table(rows, load=(before, os.getloadavg()[0]))
