@@ -1,10 +1,23 @@
 """The started spares behind `envhub.sandbox.open("local")`: a cold open takes a ready sandbox and a fresh
 one is prepared in the background. A spare is handed out once and never taken back.
 
+How many are kept follows the opens: each event loop times its opens and how long a spare takes to
+make, and keeps about as many spares made or in the making as would be taken while one is made
+(`wanted`, Little's law with headroom), at least ENVHUB_SANDBOX_SPARES and at most MAX_TARGET. A bwrap
+start is mostly waiting on the kernel (namespaces, mounts), not CPU, so spares are made side by side.
+
 The replacement for a spare taken starts just after that sandbox is closed, or REPLACE_AFTER_S after it
-was taken if it is still open then: not at once, since building a sandbox takes tens of milliseconds of CPU
-and would compete, for the host's cores and its event loop, with the very first commands of the episode
-that took the spare. An open that finds no spare ready starts one at once, for the next open.
+was taken if it is still open then: not at once, since building a sandbox takes milliseconds of CPU and
+would compete, for the host's cores and its event loop, with the very first commands of the episode
+that took the spare. An open that finds no spare ready makes its own, and the spares top up at once.
+(Waiting for a spare already in the making instead was tried: slower back to back in our runs, since
+the open's own sandbox is work the spares then do not have to do.)
+
+Policies: the default one has spares from the first open; another policy gets its own spares once it
+has been opened twice in the loop (an environment's grading policy, say), up to MAX_POLICIES of them. A
+policy with read-only binds or network gets none: a bind made ahead would show a host path as it was
+when the spare started (a file replaced since, by rename, would be the old one), and the network's
+/etc files likewise.
 
 Above the backends: `open` asks here before it asks a backend, so the local backend itself knows nothing
 of spares and no import runs back down into it.
@@ -18,6 +31,7 @@ import collections
 import contextlib
 import contextvars
 import logging
+import math
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -30,9 +44,20 @@ from envhub.settings import settings, variable
 log = logging.getLogger(__name__)
 
 SPARES_ENV = variable("sandbox_spares")
-"""How many started sandboxes `open("local")` keeps ready per event loop for the default policy (default
-1, at most MAX_SPARES); 0 turns them off."""
+"""How many started sandboxes `open("local")` keeps ready at least per event loop for the default
+policy (default 1, at most MAX_SPARES); 0 turns spares off, for every policy."""
 MAX_SPARES = 8
+MAX_TARGET = 16
+"""The most spares one policy keeps (made or in the making) when opens come fast: a rollout at
+concurrency 8 opens a sandbox as each of its episodes ends."""
+MAX_POLICIES = 4
+"""The most policies of one event loop with spares of their own (the default one included)."""
+HEADROOM = 1.5
+"""Spares kept per spare taken while one is made: opens come in bursts, and making slows under load."""
+RATE_WINDOW = 8
+"""How many of the latest opens the open rate is measured over."""
+FIRST_BUILD_S = 0.05
+"""What a spare's making is assumed to take until one has been timed."""
 REPLACE_AFTER_S = 0.1
 """How long after a spare is taken its replacement starts, if the episode has not closed it by then: the
 episode's first commands (its set-up, usually) run on a host not busy building the next sandbox."""
@@ -42,6 +67,10 @@ the close or open that asked for it, and a sandbox start begun in the event loop
 by asyncio.run's shutdown before asyncio connected the process's pipes, never hears of the process's exit
 (Python 3.11): the program would hang. Cancelled while it waits, the making just stops."""
 _spares: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Spares] = weakref.WeakKeyDictionary()
+"""Each event loop's spares of the default policy."""
+_policy_spares: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Spares]]
+_policy_spares = weakref.WeakKeyDictionary()
+"""Each event loop's spares of other policies, by `_key`."""
 _guards: set[asyncio.Task[None]] = set()
 
 
@@ -49,33 +78,70 @@ def spare_count() -> int:
     return max(0, min(settings().sandbox_spares, MAX_SPARES))
 
 
+def wanted(rate: float, build_s: float, floor: int) -> int:
+    """Spares to keep (ready or in the making) when opens come at `rate` a second and one takes `build_s`
+    to make: those taken while one is made, with HEADROOM, between `floor` and MAX_TARGET."""
+    return max(floor, min(MAX_TARGET, math.ceil(rate * build_s * HEADROOM)))
+
+
+def _key(policy: IsolationPolicy) -> str | None:
+    """The key of this policy's spares, or None where it may have none (see the module)."""
+    if policy.ro_binds or policy.network:
+        return None
+    return policy.model_dump_json()
+
+
 async def take_spare(policy: IsolationPolicy) -> Sandbox | None:
-    """A started local sandbox for `policy` if one is ready, else None (and then one starts warming).
-
-    Only the default policy has spares: a spare is started before anyone asks, so its policy must be
-    known then, and environments that declare their own limits open sandboxes of their own.
-    """
-    if policy != IsolationPolicy():
-        return None
+    """A started local sandbox for `policy` if one is ready, else None (and then spares start warming)."""
     count = spare_count()
-    if count == 0:
+    key = _key(policy)
+    if count == 0 or key is None:
         return None
-    return _loop_spares(count).take()
+    spares = _loop_spares(key, policy, count)
+    return None if spares is None else spares.take()
 
 
-def spares_idle() -> int:
-    """How many started spares this event loop has ready for `open("local")` (the benchmark waits on it)."""
-    spares = _spares.get(asyncio.get_running_loop())
+def spares_idle(policy: IsolationPolicy | None = None) -> int:
+    """How many started spares this event loop has ready for `open("local")` with `policy` (default: the
+    default policy; the benchmark waits on it)."""
+    loop = asyncio.get_running_loop()
+    if policy is None or policy == IsolationPolicy():
+        spares = _spares.get(loop)
+    else:
+        spares = _policy_spares.get(loop, {}).get(_key(policy) or "")
     return 0 if spares is None or spares.closed else spares.idle
 
 
-class Spares:
-    """Up to `count` started local sandboxes of the default policy, made one at a time."""
+class OpenRate:
+    """The rate of the latest RATE_WINDOW opens, as seen at each new one (so a pause lowers it)."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self) -> None:
+        self._times: collections.deque[float] = collections.deque(maxlen=RATE_WINDOW)
+
+    def opened(self, now: float) -> None:
+        self._times.append(now)
+
+    def per_second(self, now: float) -> float:
+        """Opens a second over the window that ends `now`; 0 with fewer than two opens."""
+        if len(self._times) < 2:
+            return 0.0
+        span = now - self._times[0]
+        return (len(self._times) - 1) / span if span > 0 else math.inf
+
+
+class Spares:
+    """Started local sandboxes of one policy: at least `count`, more while opens come fast."""
+
+    def __init__(self, count: int, policy: IsolationPolicy | None = None) -> None:
         self.count = count
+        self.policy = policy or IsolationPolicy()
+        self.rate = OpenRate()
+        self.build_s = FIRST_BUILD_S
+        """How long the latest spares took to make (a moving average), START_DELAY_S included."""
+        self.target = count
+        """How many spares are wanted now (ready and in the making): `wanted` at the latest open."""
         self._ready: collections.deque[Sandbox] = collections.deque()
-        self._warming: asyncio.Task[None] | None = None
+        self._warming: set[asyncio.Task[None]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
         self._closed = False
         self.last_error: BaseException | None = None
@@ -85,13 +151,21 @@ class Spares:
         return len(self._ready)
 
     @property
+    def making(self) -> int:
+        return len(self._warming)
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
     def take(self) -> Sandbox | None:
-        """A ready spare handed over for good (its replacement comes later, see the module), or None."""
+        """A ready spare handed over for good (its replacement comes later, see the module), or None
+        (then spares start warming at once, side by side up to `target`)."""
         if self._closed:
             return None
+        now = asyncio.get_running_loop().time()
+        self.rate.opened(now)
+        self.target = wanted(self.rate.per_second(now), self.build_s, self.count)
         if not self._ready:
             self.warm()
             return None
@@ -115,28 +189,30 @@ class Spares:
         self.warm()
 
     def warm(self) -> None:
-        """Start making a spare unless one is being made or enough are ready; each, once ready, starts
-        the next while fewer than `count` are."""
-        if self._closed or self._warming is not None or len(self._ready) >= self.count:
-            return
-        # A spare belongs to no episode: made in an empty context, it never joins the recording or the
-        # replay of the episode whose open asked for it (a replay's would make it a replay stand-in).
-        self._warming = asyncio.get_running_loop().create_task(
-            self._make(), name="envhub sandbox spare", context=contextvars.Context()
-        )
+        """Start making spares, side by side, until `target` are ready or in the making."""
+        loop = asyncio.get_running_loop()
+        while not self._closed and len(self._ready) + len(self._warming) < max(self.target, self.count):
+            # A spare belongs to no episode: made in an empty context, it never joins the recording or
+            # the replay of the episode whose open asked for it (a replay's would make it a stand-in).
+            task = loop.create_task(self._make(), name="envhub sandbox spare", context=contextvars.Context())
+            self._warming.add(task)
 
     async def _make(self) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        task = asyncio.current_task()
         try:
             await asyncio.sleep(START_DELAY_S)
-            sandbox = await create("local", IsolationPolicy(), None, {"start_server": True})
+            sandbox = await create("local", self.policy, None, {"start_server": True})
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # logged, and kept for whoever looks: open() makes its own sandboxes
             self.last_error = exc
             log.warning("could not start a spare sandbox: %s", exc)
-            self._warming = None
+            self._warming.discard(task)  # type: ignore[arg-type, unused-ignore]
             return
-        self._warming = None
+        self._warming.discard(task)  # type: ignore[arg-type, unused-ignore]
+        self.build_s = 0.75 * self.build_s + 0.25 * (loop.time() - started)
         if self._closed:
             await sandbox.close()
             return
@@ -149,10 +225,11 @@ class Spares:
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
-        if self._warming is not None:
-            self._warming.cancel()
-            with contextlib.suppress(BaseException):
-                await self._warming
+        warming = list(self._warming)
+        for task in warming:
+            task.cancel()
+        await asyncio.gather(*warming, return_exceptions=True)
+        self._warming.clear()
         doomed = list(self._ready)
         self._ready.clear()
         await asyncio.gather(*(sandbox.close() for sandbox in doomed), return_exceptions=True)
@@ -167,23 +244,50 @@ class Spares:
                     abandon()
 
 
-def _loop_spares(count: int) -> Spares:
-    """This event loop's spares: made on first use, and closed when the loop shuts down (asyncio.run and
-    every asyncio.Runner cancel what is still pending then, which ends the guard task below)."""
+_first_opens: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, float]] = (
+    weakref.WeakKeyDictionary()
+)
+"""When each policy without spares yet was first opened in each loop: its second open starts its spares."""
+
+
+def _loop_spares(key: str, policy: IsolationPolicy, count: int) -> Spares | None:
+    """This event loop's spares for `policy` (of `key`): made on its first open (another policy's on its
+    second), and closed when the loop shuts down (asyncio.run and every asyncio.Runner cancel what is
+    still pending then, which ends the guard task below). None while a policy has none yet."""
     loop = asyncio.get_running_loop()
-    spares = _spares.get(loop)
+    default = policy == IsolationPolicy()
+    spares = _spares.get(loop) if default else _policy_spares.get(loop, {}).get(key)
     if spares is not None and not spares.closed:
         return spares
-    for other, stale in list(_spares.items()):
+    for other in [*_spares, *_policy_spares]:
         if other.is_closed():  # closed without shutting down its tasks: clean up what it left
-            stale.abandon()
-            del _spares[other]
-    spares = Spares(count)
-    _spares[loop] = spares
+            for stale in _of_loop(other):
+                stale.abandon()
+            _spares.pop(other, None)
+            _policy_spares.pop(other, None)
+    if default:
+        spares = _spares[loop] = Spares(count, policy)
+    else:
+        firsts = _first_opens.setdefault(loop, {})
+        if key not in firsts:
+            firsts[key] = loop.time()
+            return None
+        others = _policy_spares.setdefault(loop, {})
+        if sum(not each.closed for each in others.values()) >= MAX_POLICIES - 1:
+            return None
+        # Another policy keeps none ready at rest: its spares come from its open rate alone.
+        spares = others[key] = Spares(0, policy)
+        spares.rate.opened(firsts[key])
     guard = loop.create_task(_guard(spares), name="envhub sandbox spares")
     _guards.add(guard)
     guard.add_done_callback(_guards.discard)
     return spares
+
+
+def _of_loop(loop: asyncio.AbstractEventLoop) -> list[Spares]:
+    """Every policy's spares of `loop`."""
+    default = _spares.get(loop)
+    return [*([default] if default is not None else []), *_policy_spares.get(loop, {}).values()]
 
 
 async def _guard(spares: Spares) -> None:
@@ -196,6 +300,8 @@ async def _guard(spares: Spares) -> None:
 
 @atexit.register
 def _abandon_all() -> None:
-    for spares in list(_spares.values()):
-        spares.abandon()
+    for loop in [*_spares, *_policy_spares]:
+        for spares in _of_loop(loop):
+            spares.abandon()
     _spares.clear()
+    _policy_spares.clear()

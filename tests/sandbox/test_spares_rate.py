@@ -1,0 +1,127 @@
+"""Spares sized from the open rate, and spares of an environment's own policy: how many are kept when
+opens come at a given rate, that each is handed out once and to an open of its exact policy only, and
+that nothing of one is visible in another."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import envhub.sandbox as sandbox
+from envhub.sandbox import spares
+from envhub.sandbox.local import LocalSandbox
+from envhub.sandbox.policy import IsolationPolicy, MiB
+from envhub.sandbox.spares import HEADROOM, MAX_TARGET, OpenRate, Spares, spares_idle, wanted
+
+OWN = IsolationPolicy(memory_mb=320, wall_time_s=20)
+"""A policy of an environment's own (not the default), as a grader declares."""
+
+
+def test_the_open_rate_is_that_of_the_latest_opens_and_falls_after_a_pause() -> None:
+    rate = OpenRate()
+    assert rate.per_second(0.0) == 0.0
+    for i in range(8):
+        rate.opened(i * 0.02)  # 50 opens a second
+    assert rate.per_second(7 * 0.02) == pytest.approx(50.0)
+    assert rate.per_second(10.0) < 1.0  # no open for ten seconds: the next one sees a slow rate
+
+
+@pytest.mark.parametrize(
+    ("rate", "build_s", "floor", "expected"),
+    [
+        (0.0, 0.05, 1, 1),  # no opens yet: the configured count
+        (1.0, 0.05, 1, 1),  # an open a second: one spare is plenty
+        (50.0, 0.05, 1, math.ceil(50 * 0.05 * HEADROOM)),  # back to back: those taken while one is made
+        (160.0, 0.1, 1, MAX_TARGET),  # a burst beyond what the host may hold: capped
+        (50.0, 0.05, 0, math.ceil(50 * 0.05 * HEADROOM)),  # another policy: no floor
+        (0.0, 0.05, 0, 0),
+    ],
+)
+def test_spares_wanted_follow_the_open_rate(rate: float, build_s: float, floor: int, expected: int) -> None:
+    assert wanted(rate, build_s, floor) == expected
+
+
+async def _idle(pool: Spares, count: int) -> None:
+    async with asyncio.timeout(120):
+        while pool.idle < count:  # noqa: ASYNC110 - the spares have no event to wait on
+            await asyncio.sleep(0.02)
+
+
+async def test_opens_at_rate_r_keep_the_spares_that_rate_needs_each_handed_out_once() -> None:
+    """Opens at 40 a second with a spare taking 0.04 s to make: ceil(40 * 0.04 * 1.5) = 3 spares are
+    made side by side and kept ready; each taken one is a different sandbox, never seen again."""
+    pool = Spares(1)
+    try:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for i in range(7):
+            pool.rate.opened(now - (7 - i) / 40)
+        pool.build_s = 0.04
+        assert pool.take() is None  # none ready yet: they start warming at once, side by side
+        assert pool.target == 3 and pool.making == 3
+        await _idle(pool, 3)
+        taken = [pool.take() for _ in range(3)]
+        assert all(isinstance(sb, LocalSandbox) for sb in taken)
+        local = [sb for sb in taken if isinstance(sb, LocalSandbox)]
+        assert len({id(sb) for sb in local}) == 3
+        assert len({sb._scratch for sb in local}) == 3 and len({sb._slot.uid for sb in local}) == 3
+        pool.target = 1  # as after a pause: the closes below need make only the one kept at rest
+        # Nothing one spare holds is visible in another: each has its own scratch, uid and namespaces.
+        await local[0].write_file("mine.txt", "first")
+        await local[0].exec("echo x > /tmp/t; sleep 30 &")
+        for other in local[1:]:
+            seen = await other.exec("ls -A /work /tmp; ps -e -o comm=")
+            assert seen.stdout.split() == ["/tmp:", "/work:", "python3", "sh", "ps"], seen.stdout
+        for sb in local:
+            await sb.close()
+        await _idle(pool, 1)
+        again = pool.take()
+        assert again is not None and all(again is not sb for sb in local)
+        await again.close()
+    finally:
+        await pool.close()
+
+
+async def test_an_environments_own_policy_gets_spares_of_that_policy_after_two_opens() -> None:
+    for _ in range(2):  # the first open marks the policy, the second starts its spares
+        async with sandbox.open("local", policy=OWN) as sb:
+            assert sb.report().details["exec_server"] == "starts with the next command"
+    async with asyncio.timeout(120):
+        while spares_idle(OWN) < 1:  # noqa: ASYNC110 - the spares have no event to wait on
+            await asyncio.sleep(0.02)
+    other = IsolationPolicy(memory_mb=320, wall_time_s=21)  # differs in one limit: not OWN's spare
+    async with sandbox.open("local", policy=other) as sb:
+        assert sb.report().details["exec_server"] == "starts with the next command"
+    assert spares_idle(OWN) >= 1
+    async with sandbox.open("local", policy=OWN) as sb:
+        assert isinstance(sb, LocalSandbox)
+        assert sb.report().details["exec_server"] == "running"  # a spare: started before the open
+        assert sb.policy == OWN
+        if sb._slot.cgroups:  # the spare's slot holds OWN's limits, not the default's
+            limit = (sb._slot.cgroups["memory"] / "memory.limit_in_bytes").read_text()
+            assert int(limit) == OWN.memory_mb * MiB
+        assert (await sb.exec("echo hi")).stdout == "hi\n"
+
+
+async def test_a_policy_with_read_only_binds_never_gets_a_spare() -> None:
+    """A bind made ahead would show the host path as it was when the spare started."""
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder).chmod(0o755)  # readable by the sandbox's uid
+        data = Path(folder) / "data.txt"
+        data.write_text("v0")
+        data.chmod(0o644)
+        policy = IsolationPolicy(ro_binds={str(data): "/data.txt"})
+        for turn in range(3):
+            async with sandbox.open("local", policy=policy) as sb:
+                assert sb.report().details["exec_server"] == "starts with the next command"
+                assert (await sb.exec("cat /data.txt")).stdout == f"v{turn}"
+            replacement = Path(folder) / "new.txt"
+            replacement.write_text(f"v{turn + 1}")
+            replacement.chmod(0o644)
+            replacement.replace(data)  # a new file at the bound path: the next open must see it
+        assert spares_idle(policy) == 0
+    assert spares._key(policy) is None
