@@ -112,6 +112,7 @@ bench: install
 	$(PY) benchmarks/step_overhead.py
 	$(PY) benchmarks/rollout.py --ray
 	$(PY) benchmarks/sandbox.py
+	$(PY) benchmarks/sandbox_opens.py
 	$(PY) benchmarks/families.py
 
 clean:
@@ -121,4 +122,4 @@ clean:
 .PHONY: bench-trl
 bench-trl: install-vllm
 	$(VLLM_VENV)/bin/python -m pip install --quiet trl==1.16.0
-	$(VLLM_VENV)/bin/python benchmarks/trainer_vs_trl.py
+	$(VLLM_VENV)/bin/python benchmarks/trainer_vs_trl.py --rounds 3  # envhub and TRL alternately, 3 times (~12 min)

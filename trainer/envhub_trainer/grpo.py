@@ -309,14 +309,19 @@ def train_step(
         grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
     if tokens:
         optimiser.step()
-    computed = sum(row_tokens(trained, row, config) for rows in batches for row in rows)
-    total, trained_tokens, model_tokens = distributed.global_sum([total, stats.tokens, computed])
+    widths = [[row_tokens(trained, row, config) for row in rows] for rows in batches]
+    computed = sum(sum(w) for w in widths)
+    padded = sum(len(w) * max(w) for w in widths)  # every row is as wide as its micro-batch's widest
+    total, trained_tokens, model_tokens, padded_tokens = distributed.global_sum(
+        [total, stats.tokens, computed, padded]
+    )
     means = distributed.global_token_means(stats.means(), int(stats.tokens))  # every rank's tokens
     return {
         "loss": total,
         "grad_norm": grad_norm,
         "trained_tokens": trained_tokens,
         "model_tokens": model_tokens,
+        "padded_tokens": padded_tokens,
         **means,
     }
 

@@ -70,6 +70,9 @@ class StepMetrics(BaseModel):
     model_tokens: float | None = None
     """Tokens the step's forward passes ran through the model, padding aside: fewer than the samples'
     tokens when rows share a prompt (`share_prompts`). None in runs written before it."""
+    padded_tokens: float | None = None
+    """Tokens the step's forward passes ran, padding included (each row as wide as its micro-batch's
+    widest): `model_tokens` plus the padding. None in runs written before it."""
     peak_rss_gib: float | None = None
     """The trainer process's peak resident memory during the step (rollout, training, sync), in GiB:
     flat from step to step in a healthy run (`envhub_trainer.memory`). None in runs written before it."""
