@@ -1,6 +1,6 @@
 """One GRPO training step of bench-trl's shape, timed and profiled on its own (no rollout, no vLLM).
 
-    python benchmarks/train_step_speed.py [--repeats 5] [--threads 2] [--profile]
+    python benchmarks/train_step_speed.py [--repeats 5] [--threads 2] [--profile] [--with-vllm]
 
 SmolLM2-135M-Instruct (fp32, the local copy `models.smollm2_dir` builds) trains on 32 sequences shaped
 like `make bench-trl`'s: 8 prompts of 50 tokens, 4 samples each with completions of at most 32 tokens
@@ -11,12 +11,18 @@ Prints the step in three ways, alternated in the same minutes so a shared host's
 row per sample with autograd's gradient accumulation, a row per sample with in-place accumulation
 (`grad_accumulation.py`), and shared-prompt rows (`shared_prompt.py`, the default) with in-place
 accumulation. For each, the process CPU seconds (what other processes' load inflates least) and wall
-seconds, min and median over the repeats.
+seconds, min and median over the repeats, and the wall time over the step's compute bound: its FLOPs
+(bench-trl's formula, over the tokens each way runs through the model, padding excluded) at the matmul
+rate of the model's GEMM shapes, measured in this process right after the steps (`trainer_vs_trl.py`).
+
+`--with-vllm` first builds the vLLM engine in this process and generates one batch with it, as a
+bench-trl process holds one (its OpenMP threads and memory beside the trainer's); needs .venv-vllm.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import time
@@ -24,7 +30,7 @@ from typing import Any
 
 import torch
 from envhub_trainer.config import TrainConfig
-from envhub_trainer.grpo import train_step
+from envhub_trainer.grpo import micro_batches, row_tokens, train_step
 from envhub_trainer.loss import LossConfig
 from envhub_trainer.models import smollm2_dir
 from envhub_trainer.samples import TrainSample
@@ -87,8 +93,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--profile", action="store_true", help="profile one step instead (torch.profiler)")
+    parser.add_argument(
+        "--with-vllm", action="store_true", help="build the vLLM engine in this process first"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.with_vllm:
+        from envhub_trainer.vllm_engine import VLLMEngine
+
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        engine = VLLMEngine(smollm2_dir(), max_new_tokens=COMPLETION_TOKENS, batch_size=SEQUENCES, seed=0)
+        engine.generate_ids([list(range(1, PROMPT_TOKENS + 1))] * SEQUENCES, 1.0)
     model, optimiser = load_model()
     samples, config = bench_samples(), bench_config()
     train_step(model, optimiser, samples, config)  # warm-up
@@ -111,13 +126,33 @@ def main() -> None:
             cpu, wall = time.process_time(), time.perf_counter()
             train_step(model, optimiser, samples, variant, fuse_accumulation=fuse)
             times[name].append((time.process_time() - cpu, time.perf_counter() - wall))
+    bounds = {name: bound_seconds(samples, variant) for name, (variant, _) in variants.items()}
     print(f"one training step, {SEQUENCES} sequences, {args.threads} threads, {args.repeats} repeats each")
     for name, measured in times.items():
         cpus, walls = [m[0] for m in measured], [m[1] for m in measured]
         print(
             f"  {name}: CPU s min {min(cpus):.2f} median {statistics.median(cpus):.2f}; "
-            f"wall s min {min(walls):.2f} median {statistics.median(walls):.2f}"
+            f"wall s min {min(walls):.2f} median {statistics.median(walls):.2f} "
+            f"({min(walls) / bounds[name]:.2f}x / {statistics.median(walls) / bounds[name]:.2f}x "
+            f"its bound of {bounds[name]:.2f} s)"
         )
+    print(f"load average (1 min) {os.getloadavg()[0]:.2f}")
+
+
+def bound_seconds(samples: list[TrainSample], config: TrainConfig) -> float:
+    """The step's compute bound as bench-trl computes it, over the tokens this config runs through the
+    model (a shared prompt once, padding excluded), at the matmul rate measured now."""
+    from trainer_vs_trl import MICRO_BATCH, StepRow, matmul_flops_per_second, model_shape, step_flops
+
+    rows = [row for batch in micro_batches(samples, config) for row in batch]
+    tokens = sum(row_tokens(samples, row, config) for row in rows)
+    sequence_tokens = sum(len(s.token_ids) for s in samples)
+    step = StepRow(0, 0.0, 0.0, 0.0, 0.0, 0, sequence_tokens, len(samples), 0.0, 0.0, model_tokens=tokens)
+    shape = model_shape(smollm2_dir())
+    rate = matmul_flops_per_second(
+        shape, MICRO_BATCH * round(sequence_tokens / len(samples)), "cpu", "float32"
+    )
+    return step_flops(step, shape, tokens) / rate
 
 
 if __name__ == "__main__":

@@ -3,8 +3,12 @@ longest wastes little; every sample is still trained once."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
+import torch
 from envhub_trainer.config import TrainConfig
-from envhub_trainer.grpo import micro_batches
+from envhub_trainer.grpo import micro_batches, train_step
 from envhub_trainer.samples import TrainSample
 
 
@@ -47,3 +51,20 @@ def test_packed_rows_are_ordered_by_length_too() -> None:
     assert sorted(i for rows in batches for row in rows for i in row) == list(range(8))
     totals = [sum(lengths[i] for i in row) for rows in batches for row in rows]
     assert totals == sorted(totals) and max(totals) <= 32
+
+
+def test_a_step_reports_its_tokens_with_and_without_padding(tiny_model: Path) -> None:
+    """`model_tokens` counts what the rows hold, `padded_tokens` what the forward passes computed: the
+    per-token cost bench-trl reports divides by one or the other."""
+    from transformers import AutoModelForCausalLM
+
+    lengths = [10, 50, 12, 48, 11, 49, 13, 47]
+    batch = [replace(s, advantage=1.0 if i % 2 else -1.0) for i, s in enumerate(samples(lengths))]
+    config = TrainConfig.model_validate(
+        {"model": str(tiny_model), "env_id": "x", "micro_batch_size": 3, "share_prompts": False}
+    )
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, local_files_only=True)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    stats = train_step(model, optimiser, batch, config)
+    assert stats["model_tokens"] == sum(lengths)
+    assert stats["padded_tokens"] == padded_tokens(micro_batches(batch, config), lengths) > sum(lengths)
