@@ -288,18 +288,20 @@ class ExecServer:
         exchange: Exchange | None = None
         feeder: asyncio.Task[None] | None = None
         try:
-            for fd in ours + feeding:
-                os.set_blocking(fd, False)
-            exchange = Exchange(self._sock, {out_r: out, err_r: err})
-            if stdin is not None:
-                # Fed alongside the wait: a command that never reads its stdin must not stall the host.
-                feeder = asyncio.create_task(_feed(feeding, stdin))
             try:
                 await self._send(request, theirs)
             finally:
                 for fd in theirs:
                     os.close(fd)  # the command's copies are the only ones: its pipes end with it
                 theirs = []
+            # Set up while the server spawns the command: readiness is level-triggered, so nothing the
+            # command writes or the server answers before the readers are in place is missed.
+            for fd in ours + feeding:
+                os.set_blocking(fd, False)
+            exchange = Exchange(self._sock, {out_r: out, err_r: err})
+            if stdin is not None:
+                # Fed alongside the wait: a command that never reads its stdin must not stall the host.
+                feeder = asyncio.create_task(_feed(feeding, stdin))
             reply: dict[str, Any] | None = {"wedged": True}  # unless the server answers in time
             if await exchange.until(exchange.answered, timeout + 2 * KILL_GRACE_S + 1):
                 reply = exchange.reply
