@@ -60,8 +60,8 @@ class Settings(BaseSettings):
     )
     sandbox_spares: int = Field(
         1,
-        description="How many started local sandboxes of the default policy to keep ready: 0 turns spares "
-        "off; more than 8 counts as 8.",
+        description="How many started local sandboxes of the default policy to keep ready at least (more "
+        "while opens come fast): 0 turns spares off; more than 8 counts as 8.",
     )
     fleet: str | None = Field(
         None,

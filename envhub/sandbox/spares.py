@@ -3,8 +3,9 @@ one is prepared in the background. A spare is handed out once and never taken ba
 
 How many are kept follows the opens: each event loop times its opens and how long a spare takes to
 make, and keeps about as many spares made or in the making as would be taken while one is made
-(`wanted`, Little's law with headroom), at least ENVHUB_SANDBOX_SPARES and at most MAX_TARGET. A bwrap
-start is mostly waiting on the kernel (namespaces, mounts), not CPU, so spares are made side by side.
+(`wanted`, Little's law with headroom), at least ENVHUB_SANDBOX_SPARES and at most MAX_TARGET. They are
+made side by side: a making waits on the kernel as much as it computes, and the next open's spare is
+then made on another core while an episode runs.
 
 The replacement for a spare taken starts just after that sandbox is closed, or REPLACE_AFTER_S after it
 was taken if it is still open then: not at once, since building a sandbox takes milliseconds of CPU and
