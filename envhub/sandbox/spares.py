@@ -82,7 +82,7 @@ def spare_count() -> int:
 def wanted(rate: float, build_s: float, floor: int) -> int:
     """Spares to keep (ready or in the making) when opens come at `rate` a second and one takes `build_s`
     to make: those taken while one is made, with HEADROOM, between `floor` and MAX_TARGET."""
-    return max(floor, min(MAX_TARGET, math.ceil(rate * build_s * HEADROOM)))
+    return max(floor, math.ceil(min(float(MAX_TARGET), rate * build_s * HEADROOM)))  # rate may be inf
 
 
 def _key(policy: IsolationPolicy) -> str | None:

@@ -37,6 +37,7 @@ def test_the_open_rate_is_that_of_the_latest_opens_and_falls_after_a_pause() -> 
         (1.0, 0.05, 1, 1),  # an open a second: one spare is plenty
         (50.0, 0.05, 1, math.ceil(50 * 0.05 * HEADROOM)),  # back to back: those taken while one is made
         (160.0, 0.1, 1, MAX_TARGET),  # a burst beyond what the host may hold: capped
+        (math.inf, 0.05, 1, MAX_TARGET),  # two opens in one clock tick
         (50.0, 0.05, 0, math.ceil(50 * 0.05 * HEADROOM)),  # another policy: no floor
         (0.0, 0.05, 0, 0),
     ],
@@ -107,21 +108,24 @@ async def test_an_environments_own_policy_gets_spares_of_that_policy_after_two_o
         assert (await sb.exec("echo hi")).stdout == "hi\n"
 
 
+def _publish(folder: Path, text: str) -> Path:
+    """`folder`/data.txt holding `text`, a new file each time (renamed over the old), readable by all."""
+    folder.chmod(0o755)
+    fresh = folder / "new.txt"
+    fresh.write_text(text)
+    fresh.chmod(0o644)
+    return fresh.replace(folder / "data.txt")
+
+
 async def test_a_policy_with_read_only_binds_never_gets_a_spare() -> None:
     """A bind made ahead would show the host path as it was when the spare started."""
     with tempfile.TemporaryDirectory() as folder:
-        Path(folder).chmod(0o755)  # readable by the sandbox's uid
-        data = Path(folder) / "data.txt"
-        data.write_text("v0")
-        data.chmod(0o644)
+        data = _publish(Path(folder), "v0")
         policy = IsolationPolicy(ro_binds={str(data): "/data.txt"})
         for turn in range(3):
             async with sandbox.open("local", policy=policy) as sb:
                 assert sb.report().details["exec_server"] == "starts with the next command"
                 assert (await sb.exec("cat /data.txt")).stdout == f"v{turn}"
-            replacement = Path(folder) / "new.txt"
-            replacement.write_text(f"v{turn + 1}")
-            replacement.chmod(0o644)
-            replacement.replace(data)  # a new file at the bound path: the next open must see it
+            _publish(Path(folder), f"v{turn + 1}")  # a new file at the bound path: the next open must see it
         assert spares_idle(policy) == 0
     assert spares._key(policy) is None
