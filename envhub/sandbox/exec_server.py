@@ -172,7 +172,8 @@ class Server:
         if main is None:
             return {"exit_code": 1, "timed_out": False}
         self.statuses, self.empty = {}, False
-        self.reaper.start()
+        if not self.reap_ended() or main not in self.statuses:
+            self.reaper.start()  # something still runs: the reaper waits for it (and reaps orphans)
         timed_out = False
         while main not in self.statuses:
             left = deadline - time.monotonic()
@@ -191,6 +192,20 @@ class Server:
         if usage.ru_utime + usage.ru_stime > self.cpu_budget:
             reply["retire"] = True
         return reply
+
+    def reap_ended(self) -> bool:
+        """Reap what has ended already, here, before the reaper is woken: a short command has often
+        exited by the time its spawn returns, and then no thread hand-off is needed. True when no child
+        is left (the reaper, still parked, is not started for the command at all)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.empty = True
+                return True
+            if pid == 0:
+                return False
+            self.statuses[pid] = status
 
     def kill_all(self) -> bool:
         """SIGKILL every process but this one until the reaper says none is left (its last record, so

@@ -97,6 +97,16 @@ async def test_nothing_a_command_starts_outlives_it(sb: LocalSandbox) -> None:
     assert await _others(sb) == []
 
 
+async def test_orphans_are_reaped_while_the_command_still_runs() -> None:
+    """A short command's exit is collected without the server's reaper thread; a longer one's orphans
+    must still be reaped as they die, or their zombies would use up the pids limit mid-command."""
+    async with sandbox.open("local", policy=IsolationPolicy(pids=32, memory_mb=256)) as box:
+        orphans = "i=0; while [ $i -lt 150 ]; do (true &); i=$((i+1)); done; echo done"
+        r = await box.exec(["sh", "-c", orphans])
+        assert (r.exit_code, r.stdout, r.stderr) == (0, "done\n", "")
+        assert (await box.exec(["true"])).exit_code == 0  # and the next command's fast path still works
+
+
 async def test_signals_cannot_reach_the_server(sb: LocalSandbox) -> None:
     pid = await _server_pid_on_host(sb)
     r = await sb.exec(
