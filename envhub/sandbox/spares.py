@@ -276,7 +276,7 @@ def _loop_spares(key: str, policy: IsolationPolicy, count: int) -> Spares | None
         others = _policy_spares.setdefault(loop, {})
         if sum(not each.closed for each in others.values()) >= MAX_POLICIES - 1:
             return None
-        # Another policy keeps none ready at rest: its spares come from its open rate alone.
+        # Another policy has no floor: its spares come from its open rate alone.
         spares = others[key] = Spares(0, policy)
         spares.rate.opened(firsts[key])
     guard = loop.create_task(_guard(spares), name="envhub sandbox spares")
