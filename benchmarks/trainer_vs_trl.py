@@ -552,15 +552,19 @@ def show(
     shape: Shape,
     flops: float,
     heading: str = "",
+    *,
+    with_mapping: bool = True,
 ) -> dict[str, Any]:
-    """Print one round's tables and verdicts; returns its summary, which goes into the JSON file."""
+    """Print one round's tables and verdicts (the settings' mapping too, unless told not to); returns
+    its summary, which goes into the JSON file."""
     console = Console()
-    table = Table(title="How the two runs are configured")
-    for column in ("setting", NAMES["envhub"], NAMES["trl"]):
-        table.add_column(column)
-    for row in mapping(args):
-        table.add_row(*row)
-    console.print(table)
+    if with_mapping:
+        table = Table(title="How the two runs are configured")
+        for column in ("setting", NAMES["envhub"], NAMES["trl"]):
+            table.add_column(column)
+        for row in mapping(args):
+            table.add_row(*row)
+        console.print(table)
 
     rows = {name: [StepRow(**r) for r in run["rows"]] for name, run in runs.items() if run is not None}
     names = [n for n in NAMES if n in rows]
@@ -843,7 +847,7 @@ def main() -> None:
         tokens = MICRO_BATCH * max(round(mean_length), 1)  # rows of one micro-batch
         flops = matmul_flops_per_second(shape, tokens, args.device, args.dtype)  # this round's host speed
         heading = f"round {number} of {args.rounds}: " if args.rounds > 1 else ""
-        summary = show(args, runs, shape, flops, heading)
+        summary = show(args, runs, shape, flops, heading, with_mapping=number == 1)
         rounds.append(
             {
                 "round": number,
