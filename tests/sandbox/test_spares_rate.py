@@ -53,23 +53,23 @@ async def _idle(pool: Spares, count: int) -> None:
 
 
 async def test_opens_at_rate_r_keep_the_spares_that_rate_needs_each_handed_out_once() -> None:
-    """Opens at 40 a second with a spare taking 0.04 s to make: ceil(40 * 0.04 * 1.5) = 3 spares are
-    made side by side and kept ready; each taken one is a different sandbox, never seen again."""
+    """Opens at 40 a second with a spare taking 0.035 s to make: ceil(40 * 0.035 * HEADROOM) = 4 spares
+    are made side by side and kept ready; each taken one is a different sandbox, never seen again."""
     pool = Spares(1)
     try:
         loop = asyncio.get_running_loop()
         now = loop.time()
         for i in range(7):
             pool.rate.opened(now - (7 - i) / 40)
-        pool.build_s = 0.04
+        pool.build_s = 0.035
         assert pool.take() is None  # none ready yet: they start warming at once, side by side
-        assert pool.target == 3 and pool.making == 3
-        await _idle(pool, 3)
-        taken = [pool.take() for _ in range(3)]
+        assert pool.target == math.ceil(40 * 0.035 * HEADROOM) == 4 and pool.making == 4
+        await _idle(pool, 4)
+        taken = [pool.take() for _ in range(4)]
         assert all(isinstance(sb, LocalSandbox) for sb in taken)
         local = [sb for sb in taken if isinstance(sb, LocalSandbox)]
-        assert len({id(sb) for sb in local}) == 3
-        assert len({sb._scratch for sb in local}) == 3 and len({sb._slot.uid for sb in local}) == 3
+        assert len({id(sb) for sb in local}) == 4
+        assert len({sb._scratch for sb in local}) == 4 and len({sb._slot.uid for sb in local}) == 4
         pool.target = 1  # as after a pause: the closes below need make only the one kept at rest
         # Nothing one spare holds is visible in another: each has its own scratch, uid and namespaces.
         await local[0].write_file("mine.txt", "first")
