@@ -96,6 +96,8 @@ class Recorder(Interceptor):
     def __init__(self) -> None:
         self.on = False
         self.sandboxes: dict[int, tuple[IsolationPolicy, list[tuple[str, dict[str, Any]]]]] = {}
+        self._held: list[Any] = []
+        """Every sandbox recorded, held so that no later one gets its id."""
         self._inside: set[int] = set()
 
     async def around(
@@ -104,6 +106,8 @@ class Recorder(Interceptor):
         key = id(sandbox)
         if name == "close" or key in self._inside:  # a call made by another (read_file's exec) is its own
             return await call()
+        if key not in self.sandboxes:
+            self._held.append(sandbox)
         calls = self.sandboxes.setdefault(key, (sandbox.policy, []))[1]
         calls.append((name, dict(arguments)))
         self._inside.add(key)
@@ -121,7 +125,7 @@ async def replay(recorded: tuple[IsolationPolicy, list[tuple[str, dict[str, Any]
             await getattr(sb, name)(**arguments)
 
 
-async def episodes(total: int, concurrency: int, rounds: int) -> tuple[float, float, int]:
+async def episodes(total: int, concurrency: int, rounds: int) -> tuple[float, float, float]:
     """Median episodes a second through the runner and through the bound; the sandboxes an episode opens."""
     recorder = Recorder()
     add_ambient(lambda: recorder if recorder.on else None)
@@ -133,7 +137,10 @@ async def episodes(total: int, concurrency: int, rounds: int) -> tuple[float, fl
     if failed:
         raise SystemExit(f"{ENV_ID} episodes failed: {failed[:3]}")
     work = list(recorder.sandboxes.values())
-    per_episode = len(work) // total
+    recorder.sandboxes.clear()
+    if not work:
+        raise SystemExit(f"{ENV_ID} episodes made no sandbox call: nothing to bound them by")
+    per_episode = len(work) / total
     left: list[tuple[IsolationPolicy, list[tuple[str, dict[str, Any]]]]] = []
 
     async def bound_one() -> None:
@@ -145,7 +152,7 @@ async def episodes(total: int, concurrency: int, rounds: int) -> tuple[float, fl
         await run_batch(ENV_ID, OraclePolicy(), episodes=total, limits=limits)
         runner.append(total / (time.perf_counter() - start))
         left[:] = work[::-1]
-        bound.append(await _rate(bound_one, len(work), concurrency) / max(1, per_episode))
+        bound.append(await _rate(bound_one, len(work), concurrency) / per_episode)
     return statistics.median(runner), statistics.median(bound), per_episode
 
 
@@ -167,8 +174,8 @@ async def measure(args: argparse.Namespace) -> Table:
         ok = ratio <= EPISODE_GOAL
         verdict = f"[green]meets <= {EPISODE_GOAL:g}x[/]" if ok else f"[red]misses <= {EPISODE_GOAL:g}x[/]"
         table.add_row(
-            f"{ENV_ID} episodes/s, concurrency {args.episode_concurrency} (baseline: its {per} sandbox"
-            f"{'es' if per != 1 else ''} issued directly)",
+            f"{ENV_ID} episodes/s, concurrency {args.episode_concurrency} (baseline: its {per:g} sandbox"
+            f"{'es' if per != 1 else ''} an episode, issued directly)",
             f"{bound:.1f}",
             f"{runner:.1f}",
             f"{ratio:.2f}x",
