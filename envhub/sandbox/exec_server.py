@@ -10,7 +10,8 @@ JSON object. The output never passes through here: the host reads its own ends o
 Why the code it runs cannot turn it against the host or against another command:
 - It is the pid namespace's init and handles no signal (glibc's two internal ones are set to ignored):
   the kernel drops every signal sent to an init from inside its namespace unless the init handles it,
-  SIGKILL and SIGSTOP included.
+  SIGKILL and SIGSTOP included. SIGCHLD is blocked and read from a signalfd: all one can do with it is
+  wake the server to reap, which a dying child does anyway.
 - It makes itself non-dumpable, so nothing in the sandbox may ptrace it, read or write /proc/1/mem or open
   its descriptors through /proc/1/fd (the sandbox holds no capability).
 - Commands get their three stdio pipes and nothing else: every other descriptor is close-on-exec.
@@ -25,7 +26,6 @@ from __future__ import annotations
 import _ctypes
 import _signal  # type: ignore[import-not-found, unused-ignore]
 import _socket
-import _thread
 import marshal
 import os
 import resource
@@ -36,15 +36,18 @@ import time
 
 TYPE_CHECKING = False  # typing itself is a slow import; mypy reads this name as typing's
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
 HEADER = struct.Struct("!I")
-RECORD = struct.Struct("ii")
 FD = struct.Struct("i")
 PR_SET_DUMPABLE, PR_GET_DUMPABLE = 4, 3
 RT_SIGACTION = {"x86_64": 13, "aarch64": 134}
 """rt_sigaction's number per architecture: glibc will not let a program touch its two internal signals."""
 GLIBC_INTERNAL_SIGNALS = (32, 33)
+SFD_NONBLOCK, SFD_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
+SIGINFO_SIZE = 128
+"""What one read of a signalfd returns per pending signal (struct signalfd_siginfo)."""
 KILL_GRACE_S = 5.0
 """How long SIGKILLed processes may take to die before the server gives up (the host then kills it)."""
 MAX_REQUEST = 64 << 20
@@ -109,56 +112,65 @@ def exit_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-class Reaper:
-    """Waits for children in a blocking waitpid on a thread of its own, as bwrap's init does: orphans
-    land on pid 1 and are reaped at once, and there is no SIGCHLD handler for the sandbox to wake. Each
-    reaped child becomes one (pid, status) record on a pipe; (0, 0) means none is left, and then the
-    thread waits until `start` is called for the next command."""
+class ChildEvents:
+    """SIGCHLD as a readable descriptor: blocked, and read from a signalfd, so a child's end wakes the one
+    thread that waits for the command (its deadline and the host's hang-up in the same `select`).
 
-    def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC)
-        self.go = _thread.allocate_lock()
-        self.go.acquire()
-        _thread.start_new_thread(self.run, ())
+    Why not a blocking waitpid on a thread of its own (as before, and as bwrap's init does): every
+    command's end then took two thread hand-offs (the reaper's wake-up, then its record to the main
+    thread), more than a short command's whole run; and a handler for SIGCHLD would let the sandbox
+    reach pid 1 with any signal it handles. Orphans are still reaped as they die: each SIGCHLD wakes it.
+    """
 
-    def start(self) -> None:
-        self.go.release()
+    def __init__(self, libc: Libc) -> None:
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGCHLD})
+        mask = struct.pack("=Q", 1 << (_signal.SIGCHLD - 1))
+        self.fd = libc("signalfd", -1, mask, SFD_NONBLOCK | SFD_CLOEXEC)  # glibc adds the mask's size
+        if self.fd < 0:
+            sys.exit("could not open a signalfd for SIGCHLD")
 
-    def run(self) -> None:
-        while True:
-            self.go.acquire()
-            while True:
-                try:
-                    pid, status = os.waitpid(-1, 0)
-                except ChildProcessError:
-                    os.write(self.write_fd, RECORD.pack(0, 0))
-                    break
-                os.write(self.write_fd, RECORD.pack(pid, status))
+    def clear(self) -> None:
+        """Take what is pending (the reaping that follows finds what it announced, and more)."""
+        try:
+            while os.read(self.fd, SIGINFO_SIZE * 64):
+                pass
+        except BlockingIOError:
+            pass
 
 
 class Server:
-    def __init__(self, sock: _socket.socket, cpu_budget: float) -> None:
+    def __init__(self, sock: _socket.socket, cpu_budget: float, children: ChildEvents) -> None:
         self.sock = sock
         self.cpu_budget = cpu_budget
         self.devnull = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
-        self.reaper = Reaper()
+        self.children = children
         self.statuses: dict[int, int] = {}
         self.empty = True
+        self.fresh = False
+        """Whether the last `reap` took some child: then there is no reason to wait before looking again."""
 
     def collect(self, timeout: float) -> bool:
-        """Take the reaper's records for up to `timeout`; False when the host closed its end."""
-        ready, _, _ = select.select([self.reaper.read_fd, self.sock.fileno()], [], [], max(0.0, timeout))
-        if self.sock.fileno() in ready:
-            return False  # the host sends nothing while a command runs: this is its end closing
-        if ready:
-            data = os.read(self.reaper.read_fd, RECORD.size * 256)  # records are written whole
-            for i in range(0, len(data), RECORD.size):
-                pid, status = RECORD.unpack_from(data, i)
-                if pid == 0:
-                    self.empty = True
-                else:
-                    self.statuses[pid] = status
-        return True
+        """Reap what has ended, waiting up to `timeout` for a child to end if none has; False when the
+        host closed its end."""
+        self.children.clear()
+        if self.reap() or self.fresh:
+            return True
+        ready, _, _ = select.select([self.children.fd, self.sock.fileno()], [], [], max(0.0, timeout))
+        return self.sock.fileno() not in ready  # the host sends nothing while a command runs: it closed
+
+    def reap(self) -> bool:
+        """Reap every child that has ended; True when none is left (then `empty` is set too)."""
+        self.fresh = False
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.empty = True
+                return True
+            if pid == 0:
+                return False
+            self.statuses[pid] = status
+            self.fresh = True
 
     def run(self, req: dict[str, Any], fds: list[int]) -> dict[str, object]:
         stdout, stderr = fds[0], fds[1]
@@ -171,9 +183,7 @@ class Server:
                 os.close(fd)  # the command holds the only copies left: its pipes end with it
         if main is None:
             return {"exit_code": 1, "timed_out": False}
-        self.statuses, self.empty = {}, False
-        if not self.reap_ended() or main not in self.statuses:
-            self.reaper.start()  # something still runs: the reaper waits for it (and reaps orphans)
+        self.statuses, self.empty, self.fresh = {}, False, False
         timed_out = False
         while main not in self.statuses:
             left = deadline - time.monotonic()
@@ -193,28 +203,14 @@ class Server:
             reply["retire"] = True
         return reply
 
-    def reap_ended(self) -> bool:
-        """Reap what has ended already, here, before the reaper is woken: a short command has often
-        exited by the time its spawn returns, and then no thread hand-off is needed. True when no child
-        is left (the reaper, still parked, is not started for the command at all)."""
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                self.empty = True
-                return True
-            if pid == 0:
-                return False
-            self.statuses[pid] = status
-
     def kill_all(self) -> bool:
-        """SIGKILL every process but this one until the reaper says none is left (its last record, so
-        nothing stale reaches the next command); False if some outlive the grace."""
+        """SIGKILL every process but this one until none is left to reap (so nothing stale reaches the
+        next command); False if some outlive the grace."""
         end = time.monotonic() + KILL_GRACE_S
         while not self.empty:
             try:  # noqa: SIM105 - contextlib would be one more import on the server's start-up path
                 os.kill(-1, _signal.SIGKILL)
-            except ProcessLookupError:  # none alive; the reaper's last records are on their way
+            except ProcessLookupError:  # none alive; what is left is zombies, reaped below
                 pass
             left = end - time.monotonic()
             if left <= 0 or not self.collect(min(left, 0.05)):
@@ -277,11 +273,12 @@ def start(path: str, argv: list[str], env: dict[str, str], stdio: list[tuple[int
     )
 
 
-def candidates(name: str, path: str | None) -> list[str]:
-    """Where execvp would try `name`, less the places that plainly hold no such file."""
+def candidates(name: str, path: str | None) -> Iterator[str]:
+    """Where execvp would try `name`, less the places that plainly hold no such file; one at a time, so
+    the first that runs is the last one looked at."""
     if "/" in name:
-        return [name]
-    found = []
+        yield name
+        return
     for folder in (path if path is not None else "/bin:/usr/bin").split(":"):
         full = os.path.join(folder or ".", name)
         try:
@@ -290,8 +287,7 @@ def candidates(name: str, path: str | None) -> list[str]:
             continue
         except OSError:
             pass  # let the spawn say what is wrong with it
-        found.append(full)
-    return found
+        yield full
 
 
 class Libc:
@@ -333,8 +329,8 @@ def main() -> None:
         os.set_inheritable(fd, False)
     cpu_limit = resource.getrlimit(resource.RLIMIT_CPU)[0]
     budget = cpu_limit / 2 if cpu_limit != resource.RLIM_INFINITY else float("inf")
-    server = Server(sock, budget)
-    ignore_internal_signals(libc)  # after the reaper thread started: glibc installs them with threads
+    server = Server(sock, budget, ChildEvents(libc))
+    ignore_internal_signals(libc)
     server.serve()
 
 
