@@ -120,6 +120,16 @@ async def test_signals_cannot_reach_the_server(sb: LocalSandbox) -> None:
     assert await _server_pid_on_host(sb) == pid
 
 
+async def test_a_flood_of_sigchld_only_makes_the_server_reap(sb: LocalSandbox) -> None:
+    """SIGCHLD reaches the server (blocked, read from a signalfd): a flood of it changes no result."""
+    flood = "(while :; do kill -CHLD 1; done) & "
+    r = await sb.exec(flood + "sleep 0.5; echo done", timeout=5)
+    assert (r.exit_code, r.stdout, r.timed_out) == (0, "done\n", False), r
+    r = await sb.exec(flood + "sleep 30", timeout=1)
+    assert r.timed_out and r.exit_code == -1, r
+    assert (await sb.exec("echo next")).stdout == "next\n"
+
+
 async def test_the_server_cannot_be_read_written_or_traced() -> None:
     """Without seccomp too: the server is non-dumpable, so ptrace and /proc/1/{mem,fd} are refused."""
     async with sandbox.open("local", policy=POLICY.model_copy(update={"seccomp": False})) as sb:
