@@ -24,7 +24,7 @@ from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport
 from envhub.sandbox.pool import SandboxPool
 from envhub.sandbox.python_repl import PythonWorker
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
-from envhub.sandbox.spares import take_spare
+from envhub.sandbox.spares import close_spares, take_spare
 
 __all__ = [
     "BACKENDS",
@@ -39,6 +39,7 @@ __all__ = [
     "SandboxError",
     "SandboxPool",
     "SandboxUnavailable",
+    "close_spares",
     "open",
 ]
 

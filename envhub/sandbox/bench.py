@@ -4,10 +4,10 @@ Each row runs the same work through a plain `asyncio` subprocess (the baseline),
 when an engine and the image are present, the docker backend. Medians (p50) of `iterations` runs; the
 baseline's runs alternate with the local backend's, so that a ratio compares runs of the same seconds.
 
-A cold start is measured three ways, since the local backend keeps a started spare for the default
-policy: back to back (the next open comes before a spare can be ready), with the spares ready (the wait
-for them is not timed: what an episode sees when episodes start slower than spares are made), and with a
-policy of the sandbox's own (no spare: the exec server starts with the first command).
+A cold start is measured three ways, since the local backend keeps started spares (as many as its open
+rate wants): back to back (the next open comes as soon as the last closed), with the spares ready (the
+wait for them is not timed: what an episode sees when episodes start slower than spares are made), and
+with a policy of the sandbox's own (an environment's grading policy: spares of it from its second open).
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ async def _spares_made() -> None:
 async def _local_rows(n: int) -> tuple[dict[str, float | None], dict[str, float | None]]:
     """The local backend's figures and, per row, the plain subprocess's measured alongside them."""
     policy = IsolationPolicy()
-    own = IsolationPolicy(memory_mb=384)  # any policy but the default: no spare is kept for it
+    own = IsolationPolicy(memory_mb=384)  # any policy but the default: its spares come from its open rate
     base: dict[str, float | None] = {}
     out: dict[str, float | None] = {}
 
@@ -234,12 +234,20 @@ async def measure(iterations: int = 50, *, docker: bool | None = None, image: st
     labels = {
         "cold": ("cold start", "open + `python -c pass` + close, back to back, p50", "ms"),
         "ready": ("ready start", "the same, with the spares started (untimed wait; local only), p50", "ms"),
-        "own": ("own policy", "the same, with a policy of its own (no spare), p50", "ms"),
+        "own": (
+            "own policy",
+            "the same, with a policy of its own (spares of it from its second open), p50",
+            "ms",
+        ),
         "warm": ("python", "`python -c pass` in an open sandbox, p50", "ms"),
         "true": ("exec", "`true` in an open sandbox vs `subprocess.run(['/bin/true'])`, p50", "ms"),
         "true_asyncio": ("exec (asyncio)", "the same exec vs an asyncio subprocess with pipes, p50", "ms"),
         "worker": ("worker call", "persistent worker `run('pass')` round trip, p50", "ms"),
-        "rate": ("create+close", "sandboxes created + closed per second, 2 workers", "/s"),
+        "rate": (
+            "create+close",
+            "sandboxes opened + closed per second, 2 workers (each takes a spare that started its bwrap)",
+            "/s",
+        ),
     }
     return [
         Row(key, name, metric, unit, {backend: col.get(key) for backend, col in columns.items()})

@@ -299,6 +299,18 @@ def _loop_spares(key: str, policy: IsolationPolicy, count: int) -> Spares | None
     return spares
 
 
+async def close_spares() -> None:
+    """Close this event loop's spares, every policy's, now rather than at the loop's end: for a program
+    about to spend a while without sandboxes (a training phase between rollouts), and for a check that
+    counts what sandboxes left behind. The next open starts spares anew."""
+    loop = asyncio.get_running_loop()
+    doomed = _of_loop(loop)
+    _spares.pop(loop, None)
+    _policy_spares.pop(loop, None)
+    _first_opens.pop(loop, None)
+    await asyncio.gather(*(spares.close() for spares in doomed))
+
+
 def _of_loop(loop: asyncio.AbstractEventLoop) -> list[Spares]:
     """Every policy's spares of `loop`."""
     default = _spares.get(loop)

@@ -15,7 +15,7 @@ import envhub.sandbox as sandbox
 from envhub.sandbox import spares
 from envhub.sandbox.local import LocalSandbox
 from envhub.sandbox.policy import IsolationPolicy, MiB
-from envhub.sandbox.spares import HEADROOM, MAX_TARGET, OpenRate, Spares, spares_idle, wanted
+from envhub.sandbox.spares import HEADROOM, MAX_TARGET, OpenRate, Spares, close_spares, spares_idle, wanted
 
 OWN = IsolationPolicy(memory_mb=320, wall_time_s=20)
 """A policy of an environment's own (not the default), as a grader declares."""
@@ -129,3 +129,17 @@ async def test_a_policy_with_read_only_binds_never_gets_a_spare() -> None:
             _publish(Path(folder), f"v{turn + 1}")  # a new file at the bound path: the next open must see it
         assert spares_idle(policy) == 0
     assert spares._key(policy) is None
+
+
+async def test_close_spares_leaves_nothing_and_the_next_open_starts_them_anew() -> None:
+    own = IsolationPolicy(memory_mb=320)
+    for _ in range(3):  # the default policy has spares from its first open, this one from its second
+        async with sandbox.open("local"), sandbox.open("local", policy=own):
+            pass
+    async with asyncio.timeout(30):
+        while spares_idle() == 0 or spares_idle(own) == 0:  # noqa: ASYNC110 - spares have no event
+            await asyncio.sleep(0.01)
+    await close_spares()
+    assert (spares_idle(), spares_idle(own)) == (0, 0)
+    async with sandbox.open("local") as sb:
+        assert (await sb.exec("echo ok")).stdout == "ok\n"

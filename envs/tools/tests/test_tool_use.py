@@ -19,7 +19,7 @@ import envhub.sandbox
 from envhub.messages import Message, ToolCall
 from envhub.policies import OraclePolicy, RandomPolicy
 from envhub.rollout import run_batch, run_episode
-from envhub.sandbox import Sandbox
+from envhub.sandbox import Sandbox, close_spares
 from tests.envhub_testkit.leaks import sandbox_footprint
 
 ENV = "tool-use"
@@ -479,4 +479,5 @@ async def test_a_batch_leaves_no_sandbox_process_or_directory_behind(opened: lis
     assert all(e.reward == 1.0 for e in batch.episodes)
     assert all(e.error is None for e in random_batch.episodes)
     assert opened and all(sandbox.closed for sandbox in opened)
+    await close_spares()  # the loop's spares (the env's own policy has some by now) are not the batch's
     assert sandbox_footprint() == before  # only this process's own: other users of the host may be busy
