@@ -113,6 +113,7 @@ bench: install
 	$(PY) benchmarks/rollout.py --ray
 	$(PY) benchmarks/sandbox.py
 	$(PY) benchmarks/sandbox_opens.py
+	$(PY) benchmarks/exec_overhead.py
 	$(PY) benchmarks/families.py
 
 clean:
