@@ -202,8 +202,7 @@ class Exchange:
                 self._answer(None, ValueError("a reply from the exec server that is not a JSON object"))
 
     def _answer(self, reply: dict[str, Any] | None, garbled: Exception | None = None) -> None:
-        self._loop.remove_reader(self._sock_fd)
-        self._answered = True
+        self.close_reply()
         self.reply, self.garbled = reply, garbled
         self._changed()
 

@@ -146,21 +146,20 @@ class Server:
         self.children = children
         self.statuses: dict[int, int] = {}
         self.empty = True
-        self.fresh = False
-        """Whether the last `reap` took some child: then there is no reason to wait before looking again."""
 
     def collect(self, timeout: float) -> bool:
         """Reap what has ended, waiting up to `timeout` for a child to end if none has; False when the
         host closed its end."""
         self.children.clear()
-        if self.reap() or self.fresh:
+        if self.reap():
             return True
         ready, _, _ = select.select([self.children.fd, self.sock.fileno()], [], [], max(0.0, timeout))
         return self.sock.fileno() not in ready  # the host sends nothing while a command runs: it closed
 
     def reap(self) -> bool:
-        """Reap every child that has ended; True when none is left (then `empty` is set too)."""
-        self.fresh = False
+        """Reap every child that has ended; whether there is no reason to wait before looking again:
+        some child was reaped, or none is left (then `empty` is set too)."""
+        took = False
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -168,9 +167,9 @@ class Server:
                 self.empty = True
                 return True
             if pid == 0:
-                return False
+                return took
             self.statuses[pid] = status
-            self.fresh = True
+            took = True
 
     def run(self, req: dict[str, Any], fds: list[int]) -> dict[str, object]:
         stdout, stderr = fds[0], fds[1]
@@ -183,7 +182,7 @@ class Server:
                 os.close(fd)  # the command holds the only copies left: its pipes end with it
         if main is None:
             return {"exit_code": 1, "timed_out": False}
-        self.statuses, self.empty, self.fresh = {}, False, False
+        self.statuses, self.empty = {}, False
         timed_out = False
         while main not in self.statuses:
             left = deadline - time.monotonic()
