@@ -155,6 +155,8 @@ class Spares:
         self._timers: set[asyncio.TimerHandle] = set()
         self._closed = False
         self.last_error: BaseException | None = None
+        self.guard: asyncio.Task[None] | None = None
+        """The task that closes these spares when the loop shuts down (`_guard`), or sooner if cancelled."""
         self.taken = 0
         self.missed = 0
         """Opens that found a spare ready, and those that found none."""
@@ -224,9 +226,9 @@ class Spares:
         except Exception as exc:  # logged, and kept for whoever looks: open() makes its own sandboxes
             self.last_error = exc
             log.warning("could not start a spare sandbox: %s", exc)
-            self._warming.discard(task)  # type: ignore[arg-type, unused-ignore]
             return
-        self._warming.discard(task)  # type: ignore[arg-type, unused-ignore]
+        finally:
+            self._warming.discard(task)  # type: ignore[arg-type, unused-ignore]
         self.build_s = 0.75 * self.build_s + 0.25 * (loop.time() - started)
         if self._closed:
             await sandbox.close()
@@ -293,7 +295,7 @@ def _loop_spares(key: str, policy: IsolationPolicy, count: int) -> Spares | None
         # Another policy has no floor: its spares come from its open rate alone.
         spares = others[key] = Spares(0, policy)
         spares.rate.opened(firsts[key])
-    guard = loop.create_task(_guard(spares), name="envhub sandbox spares")
+    guard = spares.guard = loop.create_task(_guard(spares), name="envhub sandbox spares")
     _guards.add(guard)
     guard.add_done_callback(_guards.discard)
     return spares
@@ -304,11 +306,13 @@ async def close_spares() -> None:
     about to spend a while without sandboxes (a training phase between rollouts), and for a check that
     counts what sandboxes left behind. The next open starts spares anew."""
     loop = asyncio.get_running_loop()
-    doomed = _of_loop(loop)
+    guards = [spares.guard for spares in _of_loop(loop) if spares.guard is not None]
     _spares.pop(loop, None)
     _policy_spares.pop(loop, None)
     _first_opens.pop(loop, None)
-    await asyncio.gather(*(spares.close() for spares in doomed))
+    for guard in guards:
+        guard.cancel()  # what a loop's shutdown does: each guard closes its spares as it ends
+    await asyncio.gather(*guards, return_exceptions=True)
 
 
 def _of_loop(loop: asyncio.AbstractEventLoop) -> list[Spares]:
@@ -318,7 +322,7 @@ def _of_loop(loop: asyncio.AbstractEventLoop) -> list[Spares]:
 
 
 async def _guard(spares: Spares) -> None:
-    """Wait until cancelled (the loop is shutting down), then close the spares."""
+    """Wait until cancelled (the loop is shutting down, or `close_spares`), then close the spares."""
     try:
         await asyncio.Event().wait()
     finally:
