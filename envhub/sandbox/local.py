@@ -15,8 +15,10 @@ loop's threads), and subprocess can start it with a vfork rather than a fork of 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
+import logging
 import math
 import os
 import shutil
@@ -62,6 +64,10 @@ SETPRIV = shutil.which("setpriv", path=DEFAULT_PATH)
 saved; its gid likewise, no supplementary groups), which lets subprocess start it with a vfork."""
 
 
+_unclosed: set[LocalSandbox] = set()
+"""Every local sandbox opened and not yet closed in this process: abandoned at exit (below)."""
+
+
 class LocalSandbox(Sandbox):
     """A bubblewrap sandbox on this machine. Open it with `envhub.sandbox.open("local", policy=...)`."""
 
@@ -88,6 +94,7 @@ class LocalSandbox(Sandbox):
         """Why this sandbox's exec server could not start; its commands then each get a bwrap."""
         self._on_closed: list[Callable[[], None]] = []
         self._launchers: dict[bool, tuple[str, ...]] = {}
+        _unclosed.add(self)
 
     @classmethod
     async def create(cls, policy: IsolationPolicy, *, start_server: bool = False) -> LocalSandbox:
@@ -637,6 +644,7 @@ class LocalSandbox(Sandbox):
             try:
                 await asyncio.to_thread(remove_scratch, self._scratch)
             finally:
+                _unclosed.discard(self)
                 slot_pool().release(self._slot)
                 for callback in self._on_closed:
                     callback()
@@ -661,6 +669,7 @@ class LocalSandbox(Sandbox):
             _reap_blocking(pids, time.monotonic() + KILL_GRACE_S)
             remove_scratch(self._scratch)
         finally:
+            _unclosed.discard(self)
             slot_pool().release(self._slot)
 
     def report(self) -> IsolationReport:
@@ -840,3 +849,16 @@ async def _feed(pipe: asyncio.StreamWriter, data: str | bytes) -> None:
         pipe.write(data.encode() if isinstance(data, str) else data)
         await pipe.drain()
         pipe.close()
+
+
+@atexit.register
+def _abandon_unclosed() -> None:
+    """Close what a program left open when it ends (no `close`, or its event loop gone before it): its
+    processes die with it anyway, but its scratch tmpfs would stay mounted, and with this process's
+    owner lease removed at exit no later sweep could tell it was orphaned for a day (NO_LEASE_GRACE_S),
+    while every bubblewrap start on the host copies each such mount into its namespace."""
+    if _unclosed:  # their loop is closed: asyncio's child watcher would warn of each process killed here
+        logging.getLogger("asyncio").setLevel(logging.ERROR)
+    for sandbox in list(_unclosed):
+        with contextlib.suppress(Exception):
+            sandbox.abandon()
