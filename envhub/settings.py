@@ -16,6 +16,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_core import ErrorDetails
@@ -62,6 +63,11 @@ class Settings(BaseSettings):
         1,
         description="How many started local sandboxes of the default policy to keep ready at least (more "
         "while opens come fast): 0 turns spares off; more than 8 counts as 8.",
+    )
+    sandbox_exec_server: Literal["auto", "native", "python"] = Field(
+        "auto",
+        description="Which exec server local sandboxes start: `native` (C, built once per host with the C "
+        "compiler found on PATH), `python`, or `auto`: native where it builds, else Python.",
     )
     fleet: str | None = Field(
         None,

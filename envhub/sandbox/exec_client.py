@@ -227,17 +227,20 @@ class ExecServer:
     def alive(self) -> bool:
         return not self._dead and self._proc.returncode is None
 
-    async def start(self, *, source: int, errors: int) -> None:
-        """Send the server its source (on `source`, its stdin) and wait for its first word.
+    async def start(self, *, source: int | None, errors: int) -> None:
+        """Send the Python server its source (on `source`, its stdin; None for the C server, which needs
+        none) and wait for the server's first word.
 
         ServerStartError if it never comes, with what the server wrote on `errors` (its stderr).
         Both pipe ends are ours: closed here.
         """
         said = Capture(MAX_REPLY)
-        feeding = [source]
-        for fd in (source, errors):
+        feeding = [] if source is None else [source]
+        for fd in (*feeding, errors):
             os.set_blocking(fd, False)
-        tasks = [asyncio.create_task(_feed(feeding, payload())), asyncio.create_task(_drain(errors, said))]
+        tasks = [asyncio.create_task(_drain(errors, said))]
+        if feeding:
+            tasks.append(asyncio.create_task(_feed(feeding, payload())))
         reply: dict[str, Any] | None = None
         try:
             try:
@@ -246,7 +249,7 @@ class ExecServer:
                 reply = {"error": str(exc) or type(exc).__name__}
             if not _says_ready(reply):
                 await self.stop()  # its stderr reaches EOF once it is gone: then all it said is read
-                await asyncio.wait(tasks[1:], timeout=1.0)
+                await asyncio.wait(tasks[:1], timeout=1.0)
         except BaseException:
             await asyncio.shield(self.stop())
             raise
@@ -273,9 +276,7 @@ class ExecServer:
         cap: int,
     ) -> Outcome:
         """Run one command to completion (or its deadline). SandboxError if the server refused it."""
-        request = marshal.dumps(
-            {"argv": list(argv), "env": dict(env), "cwd": cwd, "timeout": max(0.0, timeout)}
-        )
+        request = encode_request(argv, env, cwd, timeout)
         out, err = Capture(cap), Capture(cap)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -387,6 +388,25 @@ class ExecServer:
                 return None
             data += chunk
         return data
+
+
+def encode_request(argv: list[str], env: Mapping[str, str], cwd: str, timeout: float) -> bytes:
+    """A request's body: fields each ended by a NUL (the timeout, the cwd, the argument count, the
+    arguments, then KEY=VALUE entries), which a server in C reads as easily as one in Python.
+
+    SandboxError for what no exec could carry (a NUL in any string, `=` in a variable's name), said
+    here rather than by a command that fails to start."""
+    fields = [repr(max(0.0, timeout)), cwd, str(len(argv)), *argv]
+    fields += [f"{key}={value}" for key, value in env.items()]
+    for key in env:
+        if not key or "=" in key:
+            raise SandboxError(
+                f"environment variable name {key!r} is not valid: a name is non-empty, without '='"
+            )
+    encoded = [os.fsencode(field) for field in fields]
+    if any(b"\0" in field for field in encoded):
+        raise SandboxError("a command's arguments, environment and cwd cannot contain a NUL byte")
+    return b"".join(field + b"\0" for field in encoded)
 
 
 async def _ready(add: Callable[..., Any], remove: Callable[[int], Any], fd: int) -> None:

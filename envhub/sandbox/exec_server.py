@@ -2,10 +2,12 @@
 
 Read from its stdin by `python3 -I -S -c <bootstrap>`; it imports only C modules of the standard library
 (`_ctypes`, not the `ctypes` package over it: 2 ms less), since its start-up is on the path of a
-sandbox's first command. The host talks to it over
-one end of a unix socket pair (fd in argv[1]): a request is a length-prefixed `marshal` of plain values,
-sent with the command's stdout, stderr (and stdin) pipe ends as SCM_RIGHTS; a reply is a length-prefixed
-JSON object. The output never passes through here: the host reads its own ends of those pipes.
+sandbox's first command. Where the host has a C compiler, sandboxes start `exec_server.c` instead, the
+same server in C (envhub/sandbox/native.py says why); this one is the fallback, and the reference.
+The host talks to it over one end of a unix socket pair (fd in argv[1]): a request is a length-prefixed
+run of NUL-ended fields (exec_client.encode_request), sent with the command's stdout, stderr (and stdin)
+pipe ends as SCM_RIGHTS; a reply is a length-prefixed JSON object. The output never passes through
+here: the host reads its own ends of those pipes.
 
 Why the code it runs cannot turn it against the host or against another command:
 - It is the pid namespace's init and handles no signal (glibc's two internal ones are set to ignored):
@@ -26,7 +28,6 @@ from __future__ import annotations
 import _ctypes
 import _signal  # type: ignore[import-not-found, unused-ignore]
 import _socket
-import marshal
 import os
 import resource
 import select
@@ -102,7 +103,21 @@ def receive(sock: _socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
         if not more:
             return None, fds
         body += more
-    return marshal.loads(bytes(body)), fds
+    return decode(bytes(body)), fds
+
+
+def decode(body: bytes) -> dict[str, Any]:
+    """A request's fields (exec_client.encode_request): NUL-ended timeout, cwd, argument count,
+    arguments, then KEY=VALUE entries. ValueError if malformed."""
+    fields = [os.fsdecode(field) for field in body.split(b"\0")]
+    if len(fields) < 5 or fields.pop() != "":
+        raise ValueError("a request the exec server could not read")
+    count = int(fields[2])
+    if count < 1 or count > len(fields) - 3:
+        raise ValueError("a request the exec server could not read")
+    argv, entries = fields[3 : 3 + count], fields[3 + count :]
+    env = dict(entry.partition("=")[::2] for entry in entries)
+    return {"timeout": float(fields[0]), "cwd": fields[1], "argv": argv, "env": env}
 
 
 def exit_code(status: int) -> int:

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
-from envhub.sandbox import seccomp
+from envhub.sandbox import native, seccomp
 from envhub.sandbox.base import Background, Command, ProcessBackground, Sandbox, sandbox_path, to_argv
 from envhub.sandbox.bwrap import (
     DEFAULT_PATH,
@@ -91,6 +91,8 @@ class LocalSandbox(Sandbox):
         self._server: ExecServer | None = None
         self._server_lock = asyncio.Lock()
         self._server_error: str | None = None
+        self._native: Path | None = None
+        """The C exec server's binary on the host, once a server started from it (envhub.sandbox.native)."""
         """Why this sandbox's exec server could not start; its commands then each get a bwrap."""
         self._on_closed: list[Callable[[], None]] = []
         self._launchers: dict[bool, tuple[str, ...]] = {}
@@ -147,6 +149,9 @@ class LocalSandbox(Sandbox):
         if status_fd is not None:
             args += ["--json-status-fd", str(status_fd)]
         args += self._mounts
+        if server and self._native is not None:
+            args += ["--ro-bind", str(self._native), native.INSIDE]
+        args += ["--remount-ro", "/"]  # bwrap's own root tmpfs: no stray writable place outside the scratch
         for key, value in (self._base_env() if server else self._command_env(env)).items():
             args += ["--setenv", key, value]
         args += ["--chdir", cwd]
@@ -175,7 +180,6 @@ class LocalSandbox(Sandbox):
             args += ["--bind", str(host), inside]
         for host_path, inside in p.ro_binds.items():
             args += ["--ro-bind", host_path, inside]
-        args += ["--remount-ro", "/"]  # bwrap's own root tmpfs: no stray writable place outside the scratch
         return args
 
     def _launcher(self, *, cpu_rlimit: bool) -> tuple[str, ...]:
@@ -382,14 +386,19 @@ class LocalSandbox(Sandbox):
         if self._server is not None:
             await self._server.stop()  # retired or dead: make sure its namespace is gone and reaped
         self._server = None
+        try:
+            self._native = native.exec_server()
+        except RuntimeError as exc:
+            raise ServerStartError(str(exc)) from None
         # Plain pipes, not asyncio's: Python 3.11's subprocess start, cancelled before its pipes are
         # connected (a pool closing while it warms), waits forever for them to close.
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         source_r, source_w = os.pipe()
         errors_r, errors_w = os.pipe()
+        program = [native.INSIDE] if self._native is not None else BOOTSTRAP
         try:
             proc, status_r = await self._start(
-                [*BOOTSTRAP, str(theirs.fileno())],
+                [*program, str(theirs.fileno())],
                 env=None,
                 cwd=None,
                 stdin=source_r,
@@ -408,7 +417,9 @@ class LocalSandbox(Sandbox):
             os.close(errors_w)
         self._status_fds[proc] = status_r
         server = ExecServer(proc, ours, kill=lambda: self._kill(proc, reap_init=True))
-        await server.start(source=source_w, errors=errors_r)
+        if self._native is not None:
+            os.close(source_w)  # the C server reads no source: its stdin sees EOF
+        await server.start(source=None if self._native is not None else source_w, errors=errors_r)
         init = read_status_so_far(status_r).get("child-pid")
         if isinstance(init, int):
             self._inits[proc] = init

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import envhub.sandbox as sandbox
-from envhub.sandbox import IsolationPolicy, SandboxError
+from envhub.sandbox import IsolationPolicy, SandboxError, close_spares, native
 from envhub.sandbox.base import to_argv
 from envhub.sandbox.local import LocalSandbox
 
@@ -30,6 +30,19 @@ _PROCESSES = (
     "        except OSError: pass"
 )
 """Every other process the command can see, by pid and name: the server (pid 1) and anything left over."""
+
+
+SERVER_NAMES = {"native": "exec-server", "python": "python3"}
+"""Each server's name in the process list (pid 1's comm)."""
+
+
+@pytest.fixture(autouse=True, params=sorted(SERVER_NAMES))
+async def server_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs against both exec servers: the C one (envhub.sandbox.native), the Python one."""
+    monkeypatch.setenv("ENVHUB_SANDBOX_EXEC_SERVER", request.param)
+    await close_spares()  # a spare started before this test would bring the other server
+    kind: str = request.param
+    return kind
 
 
 @pytest.fixture
@@ -59,7 +72,7 @@ async def _others(sb: LocalSandbox) -> list[str]:
     r = await sb.exec(["python3", "-c", _PROCESSES])
     assert r.ok, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0] == "1 python3", lines
+    assert lines[0] == f"1 {SERVER_NAMES[os.environ['ENVHUB_SANDBOX_EXEC_SERVER']]}", lines
     return lines[1:]
 
 
@@ -183,13 +196,16 @@ async def test_a_server_killed_from_outside_is_a_sandbox_error_and_is_replaced(s
     assert await _server_pid_on_host(sb) != pid
 
 
-async def test_without_a_python_in_the_sandbox_commands_run_as_before(
-    monkeypatch: pytest.MonkeyPatch,
+async def test_a_server_that_cannot_start_leaves_commands_to_run_as_before(
+    server_kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A sandbox whose server cannot start (no python3 on its PATH, say) runs each command in a bwrap."""
+    """A sandbox whose server cannot start (no python3 on its PATH; the C server asked for and no
+    compiler to build it) runs each command in a bwrap of its own, and says why."""
     monkeypatch.setattr("envhub.sandbox.local.BOOTSTRAP", ["no-such-python3", "-c", "pass"])
+    monkeypatch.setattr(native, "_built", lambda: None)
     async with sandbox.open("local", policy=POLICY) as sb:
         r = await sb.exec("echo $$; echo fine")
         assert r.stdout == "2\nfine\n"  # pid 2 under bwrap's own init: a namespace of its own
         assert "unavailable" in sb.report().details["exec_server"]
-        assert "no-such-python3" in sb.report().details["exec_server"]
+        why = "no-such-python3" if server_kind == "python" else "install a C compiler"
+        assert why in sb.report().details["exec_server"]

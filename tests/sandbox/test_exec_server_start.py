@@ -13,6 +13,8 @@ from envhub.sandbox import exec_client
 async def test_the_server_starts_from_code_or_from_source(
     magic: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("ENVHUB_SANDBOX_EXEC_SERVER", "python")  # the C server has no bytecode to load
+    await sandbox.close_spares()  # nor may a spare started before bring it
     if magic == "other":  # a python3 of other bytecode: marked code it must not load, so it compiles
         stale = exec_client.SOURCE + b"\0" + b"\xff\xff\r\n" + b"not marshal data"
         monkeypatch.setattr(exec_client, "payload", lambda: stale)

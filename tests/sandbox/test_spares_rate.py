@@ -14,6 +14,7 @@ import pytest
 import envhub.sandbox as sandbox
 from envhub.sandbox import spares
 from envhub.sandbox.local import LocalSandbox
+from envhub.sandbox.native import server_name
 from envhub.sandbox.policy import IsolationPolicy, MiB
 from envhub.sandbox.spares import HEADROOM, MAX_TARGET, OpenRate, Spares, close_spares, spares_idle, wanted
 
@@ -76,7 +77,7 @@ async def test_opens_at_rate_r_keep_the_spares_that_rate_needs_each_handed_out_o
         await local[0].exec("echo x > /tmp/t; sleep 30 &")
         for other in local[1:]:
             seen = await other.exec("ls -A /work /tmp; ps -e -o comm=")
-            assert seen.stdout.split() == ["/tmp:", "/work:", "python3", "sh", "ps"], seen.stdout
+            assert seen.stdout.split() == ["/tmp:", "/work:", server_name(), "sh", "ps"], seen.stdout
         for sb in local:
             await sb.close()
         await _idle(pool, 1)

@@ -14,6 +14,7 @@ import pytest
 import envhub.sandbox as sandbox
 from envhub.sandbox import IsolationPolicy, SandboxPool
 from envhub.sandbox.local import LocalSandbox
+from envhub.sandbox.native import server_name
 from envhub.sandbox.scratch import SCRATCH_PREFIX
 from envhub.sandbox.spares import SPARES_ENV, _spares
 
@@ -42,7 +43,7 @@ async def test_open_takes_a_started_spare_and_never_hands_one_out_twice() -> Non
         assert second is not first and second._scratch != first._scratch
         assert second.report().details["exec_server"] == "running"  # started before anyone asked
         r = await second.exec("ls -A /work /tmp; ps -e -o comm=")
-        assert r.stdout.split() == ["/tmp:", "/work:", "python3", "sh", "ps"], r.stdout
+        assert r.stdout.split() == ["/tmp:", "/work:", server_name(), "sh", "ps"], r.stdout
         await _spare_ready()
         third = await _open()
         assert third is not second

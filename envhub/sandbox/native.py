@@ -1,0 +1,122 @@
+"""The exec server in C (`exec_server.c`), built once per host where a C compiler is found.
+
+Why: a sandbox's exec server starts with its first command (or before, in a spare), and the Python one
+spends ~11 ms of CPU starting its interpreter, about a third of all a sandbox costs to make and close;
+at concurrency, on a small host, that CPU is what limits how many sandboxes open per second. The C one
+starts in well under a millisecond and speaks the same protocol (exec_client.py).
+
+Why compiled here rather than shipped: a binary would make the wheel platform-specific for one small
+file, and every host that runs bubblewrap sandboxes has a libc to build against. Where no compiler is
+found, or the build fails, sandboxes start the Python server as before (`ENVHUB_SANDBOX_EXEC_SERVER`
+chooses either outright). The build goes to a cache of this uid's own, never to a place others could
+write: the server runs as every sandbox's pid 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+from envhub.settings import settings
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("exec_server.c")
+INSIDE = "/.envhub/exec-server"
+"""Where a sandbox sees the binary: bound read-only over a file of bwrap's root tmpfs."""
+COMPILERS = ("cc", "gcc", "clang")
+BUILD_TIMEOUT_S = 60.0
+
+
+def exec_server() -> Path | None:
+    """The host path of the built C exec server; None where sandboxes use the Python one."""
+    choice = settings().sandbox_exec_server
+    if choice == "python":
+        return None
+    built = _built()
+    if built is None and choice == "native":
+        raise RuntimeError(
+            "ENVHUB_SANDBOX_EXEC_SERVER=native, but the C exec server could not be built (install a C "
+            f"compiler: one of {', '.join(COMPILERS)}; the log says what failed), or unset it to fall back "
+            "to the Python server"
+        )
+    return built
+
+
+@functools.cache
+def _built() -> Path | None:
+    """Build once per process (once per host: the cache keeps it); None, logged, if it cannot be."""
+    compiler = next((found for name in COMPILERS if (found := shutil.which(name))), None)
+    if compiler is None:
+        log.info("no C compiler on PATH: local sandboxes start the Python exec server")
+        return None
+    source = SOURCE.read_bytes()
+    digest = hashlib.sha256(source + platform.machine().encode()).hexdigest()[:16]
+    folder = _cache_root() / digest
+    binary = folder / "envhub-exec-server"
+    if _trusted(binary):
+        return binary
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o755)
+        if not _trusted(folder, directory=True):
+            raise OSError(f"{folder} is not this uid's own, or others may write to it")
+        with tempfile.TemporaryDirectory(dir=folder) as work:
+            target = Path(work) / "envhub-exec-server"
+            subprocess.run(
+                [compiler, "-O2", "-o", str(target), str(SOURCE)],
+                check=True,
+                capture_output=True,
+                timeout=BUILD_TIMEOUT_S,
+            )
+            target.chmod(0o755)
+            os.replace(target, binary)  # whole or not at all, whoever else builds it at the same moment
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        log.warning(
+            "could not build the C exec server (%s%s): local sandboxes start the Python one",
+            exc,
+            f": {detail.decode(errors='replace').strip()[-500:]}" if detail else "",
+        )
+        return None
+    return binary if _trusted(binary) else None
+
+
+def _cache_root() -> Path:
+    """As root, a system cache every slot uid can read (bubblewrap binds the file as the slot's uid, so
+    root's home would be out of its reach); otherwise this user's own cache."""
+    if os.geteuid() == 0:
+        return Path("/var/cache/envhub/exec-server")
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "envhub" / "exec-server"
+
+
+def _trusted(path: Path, *, directory: bool = False) -> bool:
+    """Ours and writable by nobody else, as is every folder above it up to the cache root: anyone who
+    could replace the binary would run code as every sandbox's init."""
+    with contextlib.suppress(OSError):
+        for at in [path, *path.parents]:
+            st = os.lstat(at)
+            if at == path and (stat.S_ISDIR(st.st_mode) != directory or stat.S_ISLNK(st.st_mode)):
+                return False
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (st.st_mode & stat.S_ISVTX):
+                return False
+            if st.st_uid not in (os.geteuid(), 0):
+                return False
+            if at == _cache_root().parent:
+                return True
+        return True
+    return False
+
+
+def server_name() -> str:
+    """The exec server's name in a sandbox's process list (pid 1's comm), as sandboxes start it now."""
+    return Path(INSIDE).name if exec_server() is not None else "python3"
