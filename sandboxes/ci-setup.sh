@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the tests need from the system, for `make test` (which runs this first) and so for CI:
-# Python's venv module, bubblewrap for the `local` sandbox, a running Docker engine with envhub's images
-# for the `docker` sandbox, swe-mini and the desktop's docker backend, Debian's Chromium for the browser
+# Python's venv module, bubblewrap for the `local` sandbox and a C compiler for its exec server, a running
+# Docker engine with envhub's images for the `docker` sandbox, swe-mini and the desktop's docker backend,
+# Debian's Chromium for the browser
 # envs (Playwright drives it), and the desktop env's X11 stack: Xvfb, xdotool, xdpyinfo/xprop, openbox
 # and the apps it runs (envs/desktop).
 # As root it installs, starts and builds what is missing; each step checks before it acts, so running it
@@ -20,6 +21,10 @@ command -v bwrap >/dev/null || packages+=(bubblewrap)
 command -v dockerd >/dev/null || packages+=(docker.io)
 command -v debootstrap >/dev/null || packages+=(debootstrap)  # builds the images without a registry
 command -v chromium >/dev/null || packages+=(chromium)
+# A C compiler and libc's headers: local sandboxes build their exec server in C (envhub/sandbox/native.py),
+# and the tests run the exec-server suite against it.
+command -v cc >/dev/null || packages+=(gcc)
+[ -e /usr/include/spawn.h ] || packages+=(libc6-dev)
 # envs/desktop: each command names the package that brings it (x11-utils: xdpyinfo and xprop).
 for pair in Xvfb:xvfb xdotool:xdotool xdpyinfo:x11-utils xprop:x11-utils openbox:openbox xterm:xterm \
     mousepad:mousepad localc:libreoffice-calc lowriter:libreoffice-writer pcmanfm:pcmanfm; do

@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -424,7 +425,58 @@ static void run(char *body, size_t size, int *fds, int nfds) {
         _exit(0);
 }
 
+/* `launch UID|- N JOIN... M RESOURCE=VALUE... -- PROGRAM ARG...`: what setpriv and a `sh -c` launcher did
+ * before each bubblewrap start, in one exec instead of three (~3 ms of CPU less per start): drop to the
+ * slot's uid (as root; no supplementary groups), join the slot's cgroups, lower the rlimits (soft and
+ * hard, as the shell's ulimit did), then exec PROGRAM with every descriptor it was given. Any failure to
+ * drop or join exits 125 before PROGRAM runs, as the shell launcher did. */
+static int launch(int argc, char **argv) {
+    int i = 2;
+    if (argc < 6)
+        die("usage: envhub-exec-server launch UID|- N JOIN... M RESOURCE=VALUE... -- PROGRAM ARG...");
+    if (strcmp(argv[i], "-") != 0) {
+        uid_t id = (uid_t)strtoul(argv[i], NULL, 10);
+        if (setgroups(0, NULL) != 0 || setresgid(id, id, id) != 0 || setresuid(id, id, id) != 0) {
+            dprintf(2, "envhub launcher: cannot become uid %u: %s\n", id, strerror(errno));
+            _exit(125);
+        }
+    }
+    i++;
+    char pid[32];
+    snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    for (long joins = strtol(argv[i++], NULL, 10); joins > 0 && i < argc; joins--, i++) {
+        int fd = open(argv[i], O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, pid, strlen(pid)) < 0) {
+            dprintf(2, "envhub launcher: cannot join %s: %s\n", argv[i], strerror(errno));
+            _exit(125);
+        }
+        close(fd);
+    }
+    for (long limits = i < argc ? strtol(argv[i++], NULL, 10) : 0; limits > 0 && i < argc; limits--, i++) {
+        char *value;
+        int resource = (int)strtol(argv[i], &value, 10);
+        if (*value != '=')
+            die("envhub launcher: a limit is RESOURCE=VALUE");
+        rlim_t wanted = (rlim_t)strtoull(value + 1, NULL, 10);
+        struct rlimit limit = {wanted, wanted};
+        if (setrlimit(resource, &limit) != 0 && getrlimit(resource, &limit) == 0) {
+            /* Above the hard limit (not root): the hard limit it is, never more than was asked. */
+            if (limit.rlim_max < wanted)
+                wanted = limit.rlim_max;
+            limit.rlim_cur = limit.rlim_max = wanted;
+            setrlimit(resource, &limit);
+        }
+    }
+    if (i >= argc - 1 || strcmp(argv[i], "--") != 0)
+        die("envhub launcher: no -- PROGRAM after the limits");
+    execv(argv[i + 1], argv + i + 1);
+    dprintf(2, "envhub launcher: cannot run %s: %s\n", argv[i + 1], strerror(errno));
+    _exit(127);
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "launch") == 0)
+        return launch(argc, argv);
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 || prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0)
         die("could not make the exec server non-dumpable");
     if (getpid() != 1)

@@ -21,6 +21,7 @@ import functools
 import logging
 import math
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -59,6 +60,8 @@ from envhub.sandbox.slots import Slot, slot_pool
 
 KILL_GRACE_S = 5.0
 """How long a SIGKILLed command may take to die and close its pipes before the host gives up on it."""
+SHELL_UNITS = {"f": 512, "v": 1024}
+"""The bytes in one unit of the shell's `ulimit -f` and `ulimit -v`."""
 SETPRIV = shutil.which("setpriv", path=DEFAULT_PATH)
 """util-linux's setpriv: as root, it drops each bubblewrap start to the slot's uid (real, effective and
 saved; its gid likewise, no supplementary groups), which lets subprocess start it with a vfork."""
@@ -183,8 +186,10 @@ class LocalSandbox(Sandbox):
         return args
 
     def _launcher(self, *, cpu_rlimit: bool) -> tuple[str, ...]:
-        """`sh -c` that joins the slot's cgroups and lowers rlimits (backstops), then execs bwrap; built
-        once per sandbox for each `cpu_rlimit`.
+        """What runs before bwrap, as the slot's uid: it joins the slot's cgroups and lowers rlimits
+        (backstops), then execs bwrap; built once per sandbox for each `cpu_rlimit`. The C helper's
+        `launch` (envhub.sandbox.native), which drops to the uid itself, where it is built; else `sh -c`
+        (after `setpriv`, see _command_line).
 
         RLIMIT_CPU is left off for the persistent worker: it would cap the whole session's CPU, not a call's.
         The exec server keeps it: each command it spawns inherits it with a CPU clock of its own, as with
@@ -194,19 +199,43 @@ class LocalSandbox(Sandbox):
         if built is not None:
             return built
         p = self.policy
-        lines = [f'echo $$ > "{f}" || exit 125' for f in self._slot.procs_files]
-        lines += [
-            f"ulimit -p {p.pids + 2}",  # RLIMIT_NPROC: counted per uid, and each slot has its own uid
-            f"ulimit -f {p.disk_mb * MiB // 512}",  # RLIMIT_FSIZE, in 512-byte blocks
-            f"ulimit -v {max(p.memory_mb * 4, p.memory_mb + 2048) * 1024}",  # RLIMIT_AS, generous
-            "ulimit -c 0",
-            "ulimit -n 4096",
-            'exec "$@"',
+        limits = [  # (the shell's ulimit flag, the rlimit, its value in the rlimit's own unit)
+            ("p", resource.RLIMIT_NPROC, p.pids + 2),  # counted per uid, and each slot has its own uid
+            ("f", resource.RLIMIT_FSIZE, p.disk_mb * MiB),
+            ("v", resource.RLIMIT_AS, max(p.memory_mb * 4, p.memory_mb + 2048) * MiB),  # generous
+            ("c", resource.RLIMIT_CORE, 0),
+            ("n", resource.RLIMIT_NOFILE, 4096),
         ]
         if cpu_rlimit:
-            lines.insert(-1, f"ulimit -t {math.ceil(p.wall_time_s * max(1.0, p.cpus)) + 1}")
-        built = self._launchers[cpu_rlimit] = ("/bin/sh", "-c", "\n".join(lines), "envhub-sandbox")
+            limits.append(("t", resource.RLIMIT_CPU, math.ceil(p.wall_time_s * max(1.0, p.cpus)) + 1))
+        procs = self._slot.procs_files
+        if self._helper is not None:
+            uid = str(self._slot.uid) if os.geteuid() == 0 else "-"
+            settings = [f"{number}={value}" for _, number, value in limits]
+            built = (
+                str(self._helper),
+                "launch",
+                uid,
+                str(len(procs)),
+                *procs,
+                str(len(settings)),
+                *settings,
+                "--",
+            )
+        else:
+            lines = [f'echo $$ > "{f}" || exit 125' for f in procs]
+            lines += [f"ulimit -{flag} {value // SHELL_UNITS.get(flag, 1)}" for flag, _, value in limits]
+            built = ("/bin/sh", "-c", "\n".join([*lines, 'exec "$@"']), "envhub-sandbox")
+        self._launchers[cpu_rlimit] = built
         return built
+
+    @functools.cached_property
+    def _helper(self) -> Path | None:
+        """The C helper (envhub.sandbox.native) that launches bwrap and serves execs, if built."""
+        try:
+            return native.exec_server()
+        except RuntimeError:
+            return None  # asked for and not built: the exec server's start says so; bwrap starts as before
 
     def _command_line(
         self,
@@ -227,7 +256,7 @@ class LocalSandbox(Sandbox):
             "--",
             *argv,
         ]
-        if os.geteuid() == 0 and SETPRIV is not None:
+        if os.geteuid() == 0 and SETPRIV is not None and self._helper is None:
             uid = self._slot.uid
             line = [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *line]
         return line
@@ -265,7 +294,7 @@ class LocalSandbox(Sandbox):
             )
             # Without setpriv the uid is dropped by subprocess itself, which then forks the whole host
             # process instead of a vfork: several milliseconds more, with the event loop blocked.
-            ids = self._slot.uid if os.geteuid() == 0 and SETPRIV is None else None
+            ids = self._slot.uid if os.geteuid() == 0 and SETPRIV is None and self._helper is None else None
             proc = await asyncio.create_subprocess_exec(
                 *cmd,
                 stdin=stdin,

@@ -1,5 +1,6 @@
 """How a local sandbox's processes start: with the slot's uid and gid, no supplementary group and no
-capability, whether `setpriv` drops them (what lets subprocess vfork) or subprocess itself does."""
+capability, whether the C helper's launcher drops them (envhub.sandbox.native), `setpriv` does (what
+lets subprocess vfork) or subprocess itself does."""
 
 from __future__ import annotations
 
@@ -49,13 +50,17 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.parametrize("drop", ["setpriv", "subprocess"])
+@pytest.mark.parametrize("drop", ["native", "setpriv", "subprocess"])
 def test_sandbox_processes_hold_the_slot_uid_alone(drop: str) -> None:
     script = _SCRIPT.format(fields=STATUS_FIELDS)
-    done = subprocess.run([sys.executable, "-c", script, drop], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "ENVHUB_SANDBOX_EXEC_SERVER": "native" if drop == "native" else "python"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, drop], capture_output=True, text=True, timeout=120, env=env
+    )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
-    assert (seen["setpriv"] is not None) == (drop == "setpriv"), "util-linux's setpriv is missing here"
+    if drop != "native":
+        assert (seen["setpriv"] is not None) == (drop == "setpriv"), "util-linux's setpriv is missing here"
     ids = "\t".join([str(seen["uid"])] * 4)  # real, effective, saved and filesystem ids alike
     expected = {"Uid": ids, "Gid": ids, "Groups": "", **{cap: "0" * 16 for cap in STATUS_FIELDS[3:]}}
     assert seen["host"] == expected  # the exec server, as the host sees it
