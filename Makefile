@@ -114,6 +114,7 @@ bench: install
 	$(PY) benchmarks/sandbox.py
 	$(PY) benchmarks/sandbox_opens.py
 	$(PY) benchmarks/exec_overhead.py
+	$(PY) benchmarks/sandbox_cpu.py
 	$(PY) benchmarks/families.py
 
 clean:
