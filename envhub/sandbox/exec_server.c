@@ -195,6 +195,8 @@ static int collect(double timeout) {
         return 1;
     if (timeout < 0)
         timeout = 0;
+    if (!(timeout < 86400))
+        timeout = 86400; /* a longer (or NaN) deadline is waited for a day at a time */
     struct pollfd watch[2] = {{child_events, POLLIN, 0}, {sock, POLLIN, 0}};
     struct timespec wait = {(time_t)timeout, (long)((timeout - (double)(time_t)timeout) * 1e9)};
     if (ppoll(watch, 2, &wait, NULL) < 0)

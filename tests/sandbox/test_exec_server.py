@@ -209,3 +209,12 @@ async def test_a_server_that_cannot_start_leaves_commands_to_run_as_before(
         assert "unavailable" in sb.report().details["exec_server"]
         why = "no-such-python3" if server_kind == "python" else "install a C compiler"
         assert why in sb.report().details["exec_server"]
+
+
+async def test_what_no_exec_can_carry_is_refused_on_the_host(sb: LocalSandbox) -> None:
+    """A NUL inside an argument or a variable, or `=` in a variable's name, cannot reach a program
+    (execve takes NUL-ended strings): refused before the request, and the server serves on."""
+    for argv, env in ((["echo", "a\0b"], None), (["env"], {"A=B": "x"}), (["env"], {"X": "a\0b"})):
+        with pytest.raises(SandboxError, match=r"NUL byte|not valid"):
+            await sb.exec(argv, env=env)
+    assert (await sb.exec(["sh", "-c", "echo $X"], env={"X": "ünï"})).stdout == "ünï\n"
