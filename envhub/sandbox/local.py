@@ -94,8 +94,6 @@ class LocalSandbox(Sandbox):
         self._server: ExecServer | None = None
         self._server_lock = asyncio.Lock()
         self._server_error: str | None = None
-        self._native: Path | None = None
-        """The C exec server's binary on the host, once a server started from it (envhub.sandbox.native)."""
         """Why this sandbox's exec server could not start; its commands then each get a bwrap."""
         self._on_closed: list[Callable[[], None]] = []
         self._launchers: dict[bool, tuple[str, ...]] = {}
@@ -152,8 +150,8 @@ class LocalSandbox(Sandbox):
         if status_fd is not None:
             args += ["--json-status-fd", str(status_fd)]
         args += self._mounts
-        if server and self._native is not None:
-            args += ["--ro-bind", str(self._native), native.INSIDE]
+        if server and self._helper is not None:
+            args += ["--ro-bind", str(self._helper), native.INSIDE]
         args += ["--remount-ro", "/"]  # bwrap's own root tmpfs: no stray writable place outside the scratch
         for key, value in (self._base_env() if server else self._command_env(env)).items():
             args += ["--setenv", key, value]
@@ -217,7 +215,7 @@ class LocalSandbox(Sandbox):
                 "launch",
                 uid,
                 str(len(procs)),
-                *procs,
+                *map(str, procs),
                 str(len(settings)),
                 *settings,
                 "--",
@@ -231,11 +229,9 @@ class LocalSandbox(Sandbox):
 
     @functools.cached_property
     def _helper(self) -> Path | None:
-        """The C helper (envhub.sandbox.native) that launches bwrap and serves execs, if built."""
-        try:
-            return native.exec_server()
-        except RuntimeError:
-            return None  # asked for and not built: the exec server's start says so; bwrap starts as before
+        """The C helper (envhub.sandbox.native) that launches bwrap and serves execs, if built: chosen
+        once, so a sandbox's launcher and server never mix."""
+        return native.exec_server()
 
     def _command_line(
         self,
@@ -415,16 +411,14 @@ class LocalSandbox(Sandbox):
         if self._server is not None:
             await self._server.stop()  # retired or dead: make sure its namespace is gone and reaped
         self._server = None
-        try:
-            self._native = native.exec_server()
-        except RuntimeError as exc:
-            raise ServerStartError(str(exc)) from None
+        if (why := native.missing()) is not None:
+            raise ServerStartError(why)
         # Plain pipes, not asyncio's: Python 3.11's subprocess start, cancelled before its pipes are
         # connected (a pool closing while it warms), waits forever for them to close.
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         source_r, source_w = os.pipe()
         errors_r, errors_w = os.pipe()
-        program = [native.INSIDE] if self._native is not None else BOOTSTRAP
+        program = [native.INSIDE] if self._helper is not None else BOOTSTRAP
         try:
             proc, status_r = await self._start(
                 [*program, str(theirs.fileno())],
@@ -446,9 +440,9 @@ class LocalSandbox(Sandbox):
             os.close(errors_w)
         self._status_fds[proc] = status_r
         server = ExecServer(proc, ours, kill=lambda: self._kill(proc, reap_init=True))
-        if self._native is not None:
+        if self._helper is not None:
             os.close(source_w)  # the C server reads no source: its stdin sees EOF
-        await server.start(source=None if self._native is not None else source_w, errors=errors_r)
+        await server.start(source=None if self._helper is not None else source_w, errors=errors_r)
         init = read_status_so_far(status_r).get("child-pid")
         if isinstance(init, int):
             self._inits[proc] = init

@@ -39,17 +39,20 @@ BUILD_TIMEOUT_S = 60.0
 
 def exec_server() -> Path | None:
     """The host path of the built C exec server; None where sandboxes use the Python one."""
-    choice = settings().sandbox_exec_server
-    if choice == "python":
+    if settings().sandbox_exec_server == "python":
         return None
-    built = _built()
-    if built is None and choice == "native":
-        raise RuntimeError(
-            "ENVHUB_SANDBOX_EXEC_SERVER=native, but the C exec server could not be built (install a C "
-            f"compiler: one of {', '.join(COMPILERS)}; the log says what failed), or unset it to fall back "
-            "to the Python server"
-        )
-    return built
+    return _built()
+
+
+def missing() -> str | None:
+    """Why no exec server may start, where the C one is asked for outright and could not be built."""
+    if settings().sandbox_exec_server != "native" or _built() is not None:
+        return None
+    return (
+        "ENVHUB_SANDBOX_EXEC_SERVER=native, but the C exec server could not be built (install a C "
+        f"compiler: one of {', '.join(COMPILERS)}; the log says what failed), or unset it to fall back to "
+        "the Python server"
+    )
 
 
 @functools.cache
