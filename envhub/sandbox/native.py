@@ -57,40 +57,55 @@ def missing() -> str | None:
 
 @functools.cache
 def _built() -> Path | None:
-    """Build once per process (once per host: the cache keeps it); None, logged, if it cannot be."""
-    compiler = next((found for name in COMPILERS if (found := shutil.which(name))), None)
-    if compiler is None:
-        log.info("no C compiler on PATH: local sandboxes start the Python exec server")
-        return None
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source + platform.machine().encode()).hexdigest()[:16]
-    folder = _cache_root() / digest
-    binary = folder / "envhub-exec-server"
-    if _trusted(binary):
-        return binary
+    """The binary, built if the cache lacks it (once per host) and seen to run (once per process); None,
+    logged, where it cannot be."""
+    digest = hashlib.sha256(SOURCE.read_bytes() + platform.machine().encode()).hexdigest()[:16]
+    binary = _cache_root() / digest / "envhub-exec-server"
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o755)
-        if not _trusted(folder, directory=True):
-            raise OSError(f"{folder} is not this uid's own, or others may write to it")
-        with tempfile.TemporaryDirectory(dir=folder) as work:
-            target = Path(work) / "envhub-exec-server"
-            subprocess.run(
-                [compiler, "-O2", "-o", str(target), str(SOURCE)],
-                check=True,
-                capture_output=True,
-                timeout=BUILD_TIMEOUT_S,
-            )
-            target.chmod(0o755)
-            os.replace(target, binary)  # whole or not at all, whoever else builds it at the same moment
+        if not _trusted(binary):
+            compiler = next((found for name in COMPILERS if (found := shutil.which(name))), None)
+            if compiler is None:
+                log.info("no C compiler on PATH: local sandboxes start the Python exec server")
+                return None
+            _build(compiler, binary)
+        # A cache on a noexec mount, say, would otherwise fail every sandbox's start rather than this.
+        subprocess.run(
+            [str(binary), "launch", "-", "0", "0", "--", "/bin/true"],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
         log.warning(
-            "could not build the C exec server (%s%s): local sandboxes start the Python one",
+            "could not build or run the C exec server (%s%s): local sandboxes start the Python one",
             exc,
             f": {detail.decode(errors='replace').strip()[-500:]}" if detail else "",
         )
         return None
-    return binary if _trusted(binary) else None
+    return binary
+
+
+def _build(compiler: str, binary: Path) -> None:
+    folder = binary.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    for level in (folder, folder.parent, folder.parent.parent):  # readable by slot uids whatever the umask
+        if level.stat().st_uid == os.geteuid():
+            level.chmod(0o755)
+    if not _trusted(folder, directory=True):
+        raise OSError(f"{folder} is not this uid's own, or others may write to it")
+    with tempfile.TemporaryDirectory(dir=folder) as work:
+        target = Path(work) / binary.name
+        subprocess.run(
+            [compiler, "-O2", "-o", str(target), str(SOURCE)],
+            check=True,
+            capture_output=True,
+            timeout=BUILD_TIMEOUT_S,
+        )
+        target.chmod(0o755)
+        os.replace(target, binary)  # whole or not at all, whoever else builds it at the same moment
+    if not _trusted(binary):
+        raise OSError(f"{binary} is not this uid's own, or others may write to it")
 
 
 def _cache_root() -> Path:

@@ -1,0 +1,58 @@
+"""How the C exec server is built and trusted (envhub.sandbox.native): built once into a cache of this
+uid's own and reused; never used when someone else could have written it, or when it does not run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import envhub.sandbox as sandbox
+from envhub.sandbox import native
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    root = tmp_path / "envhub" / "exec-server"
+    monkeypatch.setattr(native, "_cache_root", lambda: root)
+    monkeypatch.setenv("ENVHUB_SANDBOX_EXEC_SERVER", "auto")
+    native._built.cache_clear()
+    yield root
+    native._built.cache_clear()  # the next test finds the real cache's binary again
+
+
+def test_built_once_then_reused(cache: Path) -> None:
+    first = native.exec_server()
+    assert first is not None and first.is_relative_to(cache) and os.access(first, os.X_OK)
+    made = first.stat().st_mtime_ns
+    native._built.cache_clear()  # a new process
+    assert native.exec_server() == first and first.stat().st_mtime_ns == made
+
+
+def test_a_binary_someone_else_could_have_written_is_built_again(cache: Path) -> None:
+    first = native.exec_server()
+    assert first is not None
+    planted = b"#!/bin/sh\necho planted\n"
+    first.write_bytes(planted)
+    if os.geteuid() == 0:
+        os.chown(first, 65534, 65534)  # another uid's file
+    else:
+        first.parent.chmod(0o777)  # a folder anyone may write to
+    native._built.cache_clear()
+    again = native.exec_server()
+    assert again == first and first.read_bytes() != planted and first.stat().st_uid == os.geteuid()
+
+
+async def test_a_binary_that_does_not_run_is_not_used(cache: Path) -> None:
+    """A cache on a noexec mount, say: the Python server serves instead, and says nothing is wrong."""
+    first = native.exec_server()
+    assert first is not None
+    first.write_bytes(b"#!/bin/sh\nexit 3\n")  # ours and trusted, but it fails its trial run
+    native._built.cache_clear()
+    assert native.exec_server() is None
+    await sandbox.close_spares()  # a spare started before would bring the C server
+    async with sandbox.open("local", spare=False) as sb:
+        r = await sb.exec("echo fine; ps -o comm= -p 1")
+        assert r.stdout.split() == ["fine", "python3"], r
