@@ -109,7 +109,7 @@ class LocalSandbox(Sandbox):
             try:
                 await sandbox._server_ready()
             except BaseException:
-                await asyncio.shield(sandbox.close())
+                await _finish(sandbox.close())
                 raise
         return sandbox
 
@@ -685,9 +685,10 @@ class LocalSandbox(Sandbox):
 
     def abandon(self) -> None:
         """Close without an event loop, when none is left to do it (interpreter exit): SIGKILL what runs
-        and reap it, remove the scratch area, free the slot."""
-        if self._closed:
-            return
+        and reap it, remove the scratch area, free the slot. A close begun and never finished (its loop
+        closed under it) is finished here too."""
+        if self not in _unclosed:
+            return  # closed, or abandoned, already: the slot is free
         self._closed = True
         try:
             if self._server is not None:
@@ -810,6 +811,18 @@ class LocalSandbox(Sandbox):
 
 
 # -- helpers ------------------------------------------------------------------------------------------
+
+
+async def _finish(cleanup: Awaitable[None]) -> None:
+    """Run a clean-up to its end even if the caller is cancelled again meanwhile, as a loop's shutdown
+    does to every task while the spares' guard cancels its own: a bare `shield` then gives up waiting,
+    the loop closes, and the half-done close leaves a scratch tmpfs mounted and a slot held. The caller
+    re-raises what it was cleaning up after."""
+    task = asyncio.ensure_future(cleanup)
+    while not task.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(task)
+    task.result()
 
 
 @functools.cache

@@ -244,7 +244,8 @@ class Spares:
         self._timers.clear()
         warming = list(self._warming)
         for task in warming:
-            task.cancel()
+            if not task.cancelling():  # a loop's shutdown cancels them too: once is enough to stop one
+                task.cancel()
         await asyncio.gather(*warming, return_exceptions=True)
         self._warming.clear()
         doomed = list(self._ready)
