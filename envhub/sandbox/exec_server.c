@@ -237,6 +237,20 @@ static int start(pid_t *pid, const char *path, char *const argv[], char *const e
     return error;
 }
 
+/* A file without a #! line, run by /bin/sh as execvp does: `sh PATH ARG...`. */
+static int start_script(pid_t *pid, const char *path, char **argv, int argc, char *const env[], int stdio[3]) {
+    char **shell = calloc((size_t)argc + 2, sizeof *shell);
+    if (shell == NULL)
+        return ENOMEM;
+    shell[0] = "/bin/sh";
+    shell[1] = (char *)path;
+    for (int i = 1; i < argc; i++)
+        shell[i + 1] = argv[i];
+    int error = start(pid, "/bin/sh", shell, env, stdio);
+    free(shell);
+    return error;
+}
+
 /* Start the command as bubblewrap did (own session, default signals, cwd, env, execvp's PATH search);
  * 0 after writing bubblewrap's own words for a cwd or exec failure to its stderr. */
 static pid_t spawn(char **argv, int argc, char **env, int nenv, const char *cwd, int stdio[3]) {
@@ -253,14 +267,8 @@ static pid_t spawn(char **argv, int argc, char **env, int nenv, const char *cwd,
     int error = ENOENT;
     if (strchr(name, '/') != NULL) {
         error = start(&pid, name, argv, env, stdio);
-        if (error == ENOEXEC) {
-            char **shell = calloc((size_t)argc + 2, sizeof *shell);
-            shell[0] = "/bin/sh";
-            for (int i = 0; i < argc; i++)
-                shell[i + 1] = argv[i];
-            error = start(&pid, "/bin/sh", shell, env, stdio);
-            free(shell);
-        }
+        if (error == ENOEXEC)
+            error = start_script(&pid, name, argv, argc, env, stdio);
     } else {
         const char *folders = path_value != NULL ? path_value : "/bin:/usr/bin";
         size_t room = strlen(folders) + strlen(name) + 3;
@@ -281,13 +289,7 @@ static pid_t spawn(char **argv, int argc, char **env, int nenv, const char *cwd,
                     break;
                 }
                 if (e == ENOEXEC) {
-                    char **shell = calloc((size_t)argc + 2, sizeof *shell);
-                    shell[0] = "/bin/sh";
-                    shell[1] = full;
-                    for (int i = 1; i < argc; i++)
-                        shell[i + 1] = argv[i];
-                    error = start(&pid, "/bin/sh", shell, env, stdio);
-                    free(shell);
+                    error = start_script(&pid, full, argv, argc, env, stdio);
                     break;
                 }
                 if (e != EACCES && e != ENOENT && e != ENOTDIR) {

@@ -120,6 +120,7 @@ def _cache_root() -> Path:
 def _trusted(path: Path, *, directory: bool = False) -> bool:
     """Ours and writable by nobody else, as is every folder above it up to the cache root: anyone who
     could replace the binary would run code as every sandbox's init."""
+    top = _cache_root().parent
     with contextlib.suppress(OSError):
         for at in [path, *path.parents]:
             st = os.lstat(at)
@@ -129,7 +130,7 @@ def _trusted(path: Path, *, directory: bool = False) -> bool:
                 return False
             if st.st_uid not in (os.geteuid(), 0):
                 return False
-            if at == _cache_root().parent:
+            if at == top:
                 return True
         return True
     return False
