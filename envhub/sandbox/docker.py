@@ -38,6 +38,7 @@ from envhub.sandbox.base import (
     sandbox_path,
     to_argv,
 )
+from envhub.sandbox.cleanup import finish
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport, MiB
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxUnavailable
 
@@ -507,7 +508,7 @@ class DockerSandbox(Sandbox):
             for area in self._tmpfs_areas():
                 await self._copy_area(area, child)
         except BaseException:
-            await asyncio.shield(child.close())
+            await finish(child.close())
             raise
         return child
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envhub.sandbox.cleanup import finish
 from envhub.sandbox.results import SandboxError
 
 SOURCE = (Path(__file__).parent / "exec_server.py").read_bytes()
@@ -251,7 +252,7 @@ class ExecServer:
                 await self.stop()  # its stderr reaches EOF once it is gone: then all it said is read
                 await asyncio.wait(tasks[:1], timeout=1.0)
         except BaseException:
-            await asyncio.shield(self.stop())
+            await finish(self.stop())
             raise
         finally:
             for task in tasks:

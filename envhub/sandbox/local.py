@@ -42,6 +42,7 @@ from envhub.sandbox.bwrap import (
     read_status,
     read_status_so_far,
 )
+from envhub.sandbox.cleanup import finish
 from envhub.sandbox.exec_client import BOOTSTRAP, Capture, ExecServer, Outcome, ServerStartError, resolve
 from envhub.sandbox.libc import become_subreaper, reap, umount
 from envhub.sandbox.local_fork import copy_areas
@@ -109,7 +110,7 @@ class LocalSandbox(Sandbox):
             try:
                 await sandbox._server_ready()
             except BaseException:
-                await _finish(sandbox.close())
+                await finish(sandbox.close())
                 raise
         return sandbox
 
@@ -631,7 +632,7 @@ class LocalSandbox(Sandbox):
             uids = self._slot.uid, child._slot.uid
             await copy_areas(self._areas, uids[0], child._areas, uids[1], limit_s=self.policy.wall_time_s)
         except BaseException:
-            await asyncio.shield(child.close())
+            await finish(child.close())
             raise
         return child
 
@@ -811,18 +812,6 @@ class LocalSandbox(Sandbox):
 
 
 # -- helpers ------------------------------------------------------------------------------------------
-
-
-async def _finish(cleanup: Awaitable[None]) -> None:
-    """Run a clean-up to its end even if the caller is cancelled again meanwhile, as a loop's shutdown
-    does to every task while the spares' guard cancels its own: a bare `shield` then gives up waiting,
-    the loop closes, and the half-done close leaves a scratch tmpfs mounted and a slot held. The caller
-    re-raises what it was cleaning up after."""
-    task = asyncio.ensure_future(cleanup)
-    while not task.done():
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(task)
-    task.result()
 
 
 @functools.cache

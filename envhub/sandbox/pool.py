@@ -23,6 +23,7 @@ from typing import Any, Self
 
 from envhub.sandbox.backends import Backend, create
 from envhub.sandbox.base import Sandbox
+from envhub.sandbox.cleanup import finish
 from envhub.sandbox.policy import IsolationPolicy
 from envhub.sandbox.results import SandboxError
 
@@ -183,7 +184,7 @@ class SandboxPool:
             broken = True  # state unknown after a crash or a cancel: never recycle it
             raise
         finally:
-            await asyncio.shield(self.release(sandbox, broken=broken))
+            await finish(self.release(sandbox, broken=broken))
 
     async def close(self) -> None:
         """Destroy every sandbox the pool holds or has leased out, and stop warming."""

@@ -26,6 +26,7 @@ from typing import Any, Protocol, Self
 
 from pydantic import ValidationError
 
+from envhub.sandbox.cleanup import finish
 from envhub.sandbox.policy import IsolationPolicy
 from envhub.sandbox.results import ExecResult, SandboxError
 
@@ -228,7 +229,7 @@ class PythonWorker:
             if forked_here:
                 del memo[id(self._sandbox)]
                 with contextlib.suppress(Exception):
-                    await asyncio.shield(sandbox.close())
+                    await finish(sandbox.close())
             raise
         return child
 
