@@ -209,7 +209,7 @@ class LocalSandbox(Sandbox):
             limits.append(("t", resource.RLIMIT_CPU, math.ceil(p.wall_time_s * max(1.0, p.cpus)) + 1))
         procs = self._slot.procs_files
         if self._helper is not None:
-            uid = str(self._slot.uid) if os.geteuid() == 0 else "-"
+            uid = str(self._slot.uid) if self._uid_drop == "helper" else "-"
             settings = [f"{number}={value}" for _, number, value in limits]
             built = (
                 str(self._helper),
@@ -234,6 +234,17 @@ class LocalSandbox(Sandbox):
         once, so a sandbox's launcher and server never mix."""
         return native.exec_server()
 
+    @functools.cached_property
+    def _uid_drop(self) -> str | None:
+        """Who drops root to the slot's uid before bwrap runs: the C helper's launcher ("helper"),
+        `setpriv`, or subprocess itself ("subprocess": it then forks the whole host process instead of a
+        vfork, several milliseconds more with the event loop blocked); None when not root."""
+        if os.geteuid() != 0:
+            return None
+        if self._helper is not None:
+            return "helper"
+        return "setpriv" if SETPRIV is not None else "subprocess"
+
     def _command_line(
         self,
         argv: list[str],
@@ -253,7 +264,7 @@ class LocalSandbox(Sandbox):
             "--",
             *argv,
         ]
-        if os.geteuid() == 0 and SETPRIV is not None and self._helper is None:
+        if self._uid_drop == "setpriv" and SETPRIV is not None:
             uid = self._slot.uid
             line = [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", *line]
         return line
@@ -289,9 +300,7 @@ class LocalSandbox(Sandbox):
                 persistent=persistent,
                 server=server_fd is not None,
             )
-            # Without setpriv the uid is dropped by subprocess itself, which then forks the whole host
-            # process instead of a vfork: several milliseconds more, with the event loop blocked.
-            ids = self._slot.uid if os.geteuid() == 0 and SETPRIV is None and self._helper is None else None
+            ids = self._slot.uid if self._uid_drop == "subprocess" else None
             proc = await asyncio.create_subprocess_exec(
                 *cmd,
                 stdin=stdin,
