@@ -766,9 +766,9 @@ def show_rounds(args: argparse.Namespace, rounds: list[dict[str, Any]]) -> dict[
         cells = []
         for summary, scale in zip(summaries, slowdown, strict=True):
             value = read(summary)
-            if value is not None and key in BOUND_RATIOS:
-                value *= scale  # training time x rate / FLOPs: proportional to the rate
             if value is not None:
+                if key in BOUND_RATIOS:
+                    value *= scale  # training time x rate / FLOPs: proportional to the rate
                 series[key].append(value)
             cells.append("-" if value is None else f"{value:.2f}x")
         values = series[key]

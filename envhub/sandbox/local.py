@@ -29,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from envhub.sandbox import native, seccomp
 from envhub.sandbox.base import Background, Command, ProcessBackground, Sandbox, sandbox_path, to_argv
@@ -235,7 +235,7 @@ class LocalSandbox(Sandbox):
         return native.exec_server()
 
     @functools.cached_property
-    def _uid_drop(self) -> str | None:
+    def _uid_drop(self) -> Literal["helper", "setpriv", "subprocess"] | None:
         """Who drops root to the slot's uid before bwrap runs: the C helper's launcher ("helper"),
         `setpriv`, or subprocess itself ("subprocess": it then forks the whole host process instead of a
         vfork, several milliseconds more with the event loop blocked); None when not root."""
