@@ -7,6 +7,8 @@ block-diagonal causal mask, so no token attends across a sequence boundary.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,16 +78,51 @@ def micro_batch_logprobs(
     device = next(model.parameters()).device
     ids, positions, trained = ids.to(device), positions.to(device), trained.to(device)
     behaviour, advantage, sequence = behaviour.to(device), advantage.to(device), sequence.to(device)
-    # The LM head (a vocabulary-wide matmul) runs only at positions some row trains on: prompts,
-    # observations and padding need no logits. Position p's logits predict token p + 1.
-    keep = trained[:, :-1].any(dim=0).nonzero()[:, 0]
-    logits = model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=keep).logits
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32, fp64 stays
-    targets = ids[:, keep + 1]
-    mask = trained[:, keep]
-    logprobs = torch.log_softmax(logits[mask], dim=-1).gather(-1, targets[mask][:, None])[:, 0]
+    # Position p's logits predict token p + 1.
+    at_row, at_column = trained.nonzero().unbind(dim=1)
+    logits = logits_at(model, at_row, at_column, input_ids=ids, position_ids=positions)
+    logprobs = token_logprobs(logits, ids[at_row, at_column + 1])
     return logprobs, Tokens(
-        behaviour_logprobs=behaviour[:, keep][mask],
-        advantages=advantage[:, keep][mask],
-        sequence_ids=sequence[:, keep][mask],
+        behaviour_logprobs=behaviour[trained], advantages=advantage[trained], sequence_ids=sequence[trained]
     )
+
+
+def logits_at(model: Any, rows: torch.Tensor, columns: torch.Tensor, **inputs: Any) -> torch.Tensor:
+    """The model's logits at positions (rows[k], columns[k]) alone: a (len(rows), vocabulary) tensor.
+
+    The LM head is a vocabulary-wide matmul, and so is its gradient. It runs here on the hidden states
+    of the asked positions only (prompts, observations and padding need no logits), gathered on their
+    way into the head, so whatever a model does after its head (soft-capping, scaling) still applies.
+    Slicing columns with `logits_to_keep` instead runs the head on every row at every column some row
+    asks for, and the gradient of the picked logits is scattered back into a zero tensor that wide."""
+    with _head_input_gathered(model, rows, columns) as gathered:
+        logits: torch.Tensor = model(**inputs, use_cache=False).logits
+    # squeeze, not [0]: the gradient of a view is a view, where select's is a zero-filled copy
+    return logits.squeeze(0) if gathered() else logits[rows, columns]
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(targets[k]) under logits[k], in float32 at least (bf16 logits lose the tail)."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None])[:, 0]
+
+
+@contextmanager
+def _head_input_gathered(model: Any, rows: torch.Tensor, columns: torch.Tensor) -> Iterator[Any]:
+    """Within the block the output embedding sees only hidden[rows, columns] (as one row); yields a
+    function telling whether it did (a model that never calls its head as a module leaves it unused)."""
+    head = model.get_output_embeddings()
+    called = False
+
+    def gather(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        nonlocal called
+        called = True
+        hidden, *rest = args
+        return (hidden[rows.to(hidden.device), columns.to(hidden.device)][None], *rest)
+
+    handle = head.register_forward_pre_hook(gather) if isinstance(head, torch.nn.Module) else None
+    try:
+        yield lambda: called
+    finally:
+        if handle is not None:
+            handle.remove()

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from envhub_trainer.forward import Tokens
+from envhub_trainer.forward import Tokens, logits_at, token_logprobs
 from envhub_trainer.samples import TrainSample
 
 ROW_TOKENS = 4096
@@ -108,21 +108,15 @@ def shared_prompt_logprobs(
         allowed[r, start:, start:] = torch.eye(width - start, dtype=torch.bool)  # padding sees itself
         positions[r, start:] = torch.arange(width - start)
     device = next(model.parameters()).device
-    mask = attention_mask(model, allowed)
-    at_row = trained.nonzero()[:, 0]
-    columns = predictor[trained]
-    keep = torch.unique(columns)  # sorted: the LM head runs only where a trained token is predicted
-    logits = model(
+    logits = logits_at(
+        model,
+        trained.nonzero()[:, 0],
+        predictor[trained],  # the prompt's last column predicts every continuation's first token
         input_ids=ids.to(device),
         position_ids=positions.to(device),
-        attention_mask=mask.to(device),
-        use_cache=False,
-        logits_to_keep=keep.to(device),
-    ).logits
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 -> fp32, fp64 stays
-    picked = logits[at_row.to(device), torch.searchsorted(keep, columns).to(device)]
-    wanted = ids[trained].to(device)[:, None]
-    logprobs = torch.log_softmax(picked, dim=-1).gather(-1, wanted)[:, 0]
+        attention_mask=attention_mask(model, allowed).to(device),
+    )
+    logprobs = token_logprobs(logits, ids[trained].to(device))
     return logprobs, Tokens(
         behaviour_logprobs=behaviour[trained].to(device),
         advantages=advantage[trained].to(device),

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 from envhub_trainer.config import TrainConfig
-from envhub_trainer.forward import micro_batch_logprobs, pack
+from envhub_trainer.forward import logits_at, micro_batch_logprobs, pack
 from envhub_trainer.grpo import train_step
 from envhub_trainer.samples import TrainSample
 from transformers import AutoModelForCausalLM
@@ -70,6 +70,28 @@ def test_logprobs_are_a_plain_forward_pass_at_the_trained_tokens(tiny_model: Pat
         expected.append(full[trained].gather(-1, ids[0, 1:][trained][:, None])[:, 0])
     assert tokens.sequence_ids.tolist() == [i for i, e in enumerate(expected) for _ in e]
     assert torch.allclose(logprobs.detach(), torch.cat(expected), atol=1e-10)
+
+
+def test_the_lm_head_runs_on_the_asked_positions_alone(tiny_model: Path) -> None:
+    """Logits of a few (row, column) positions: what the full forward gives there, with the head's
+    vocabulary-wide matmul run on those positions only, and the same from a model whose head is not
+    called as a module (the full forward, picked afterwards)."""
+    model: Any = AutoModelForCausalLM.from_pretrained(tiny_model, local_files_only=True, dtype=torch.float64)
+    ids = torch.randint(5, 250, (3, 12))
+    rows, columns = torch.tensor([0, 0, 2, 1]), torch.tensor([3, 11, 0, 3])
+    with torch.no_grad():
+        full = model(input_ids=ids).logits[rows, columns]
+    head_rows: list[int] = []
+    handle = model.get_output_embeddings().register_forward_hook(
+        lambda _module, args, _out: head_rows.append(args[0].shape[:-1].numel())
+    )
+    picked = logits_at(model, rows, columns, input_ids=ids)
+    handle.remove()
+    assert head_rows == [4]  # not 3 rows x 12 columns, nor 3 x the 3 columns asked
+    assert torch.allclose(picked, full, atol=1e-10)
+
+    model.get_output_embeddings = lambda: None  # as a model that applies its head as a plain function
+    assert torch.allclose(logits_at(model, rows, columns, input_ids=ids), full, atol=1e-10)
 
 
 @pytest.mark.parametrize("options", [{"micro_batch_size": 1}, {"pack_tokens": 32, "micro_batch_size": 1}])
