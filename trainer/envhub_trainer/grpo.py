@@ -374,9 +374,10 @@ def lead_step(
 
 def follow(model: Any, optimiser: torch.optim.Optimizer, config: TrainConfig, ref_model: Any) -> None:
     """Every rank but 0: train on the share rank 0 hands out for each step, until it sends a stop."""
+    kept_memory = memory.FreeMemoryKeeper()
     for share in shares.received():
         train_share(model, optimiser, share, config, ref_model)
-        memory.release_free_memory()
+        kept_memory.after_step()
 
 
 # ---------------------------------------------------------------- the loop
@@ -476,6 +477,7 @@ class _Lead:
         self.pending: asyncio.Task[RolloutBatch] | None = None
         self.engine: RolloutEngine | None = None
         self.step_thread = memory.step_thread()  # every step on one thread: its freed memory is reused
+        self.kept_memory = memory.FreeMemoryKeeper()
         self.followers_wait = distributed.world_size() > 1  # in `follow`, for the next share
         self.dropped_stale = 0
         self.last_checksum: str | None = None
@@ -570,7 +572,7 @@ class _Lead:
             ),
         )
         self.followers_wait = distributed.world_size() > 1
-        memory.release_free_memory()  # what the step freed, back to the system (see memory.py)
+        self.kept_memory.after_step()  # malloc's free pages back to the system, when they outgrow a step
         self.weights = trained.weights
         train_seconds = time.perf_counter() - started
         self.version += 1

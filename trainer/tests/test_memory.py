@@ -66,6 +66,36 @@ def test_freed_heap_memory_goes_back_to_the_system() -> None:
     assert len(held) == 3200
 
 
+def test_free_pages_go_back_only_once_the_process_outgrows_its_steps() -> None:
+    """Released every step, each step faults its activations back in (memory.py); kept, they creep."""
+    figures = iter([100, 110, 111, 80, 87, 89])
+    keeper = memory.FreeMemoryKeeper(growth=1.1, resident=lambda: next(figures) * MIB)
+    assert [keeper.after_step() for _ in range(6)] == [False, False, True, False, False, True]
+
+
+KEEPER_CHECK = """
+from envhub_trainer import memory
+MIB = 2**20
+keeper = memory.FreeMemoryKeeper(growth=1.5)
+assert not keeper.after_step()  # the base
+held, freed = [], []
+for _ in range(4800):  # 300 MiB of 64 KiB blocks, with a kept block after each: holes malloc keeps
+    freed.append(bytearray(b"\1" * 64 * 1024))
+    held.append(bytearray(1024))
+freed.clear()
+grown = memory.resident_bytes()
+assert grown > keeper.baseline * 1.5, (grown, keeper.baseline)
+assert keeper.after_step(), "malloc_trim is not in this C library"
+assert memory.resident_bytes() < grown - 250 * MIB, (grown, memory.resident_bytes())
+"""
+
+
+def test_a_grown_process_gives_its_free_pages_back() -> None:
+    """In a fresh interpreter, whose RSS the 300 MiB of holes make grow by half (the suite's would not)."""
+    done = subprocess.run([sys.executable, "-c", KEEPER_CHECK], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 def rss() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
