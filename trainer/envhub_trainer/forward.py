@@ -98,7 +98,9 @@ def logits_at(model: Any, rows: torch.Tensor, columns: torch.Tensor, **inputs: A
     with _head_input_gathered(model, rows, columns) as gathered:
         logits: torch.Tensor = model(**inputs, use_cache=False).logits
     # squeeze, not [0]: the gradient of a view is a view, where select's is a zero-filled copy
-    return logits.squeeze(0) if gathered() else logits[rows, columns]
+    if gathered():
+        return logits.squeeze(0)
+    return logits[rows.to(logits.device), columns.to(logits.device)]
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
