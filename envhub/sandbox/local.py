@@ -51,6 +51,7 @@ from envhub.sandbox.results import ExecResult, SandboxError, SandboxTimeout
 from envhub.sandbox.safe_files import download_beneath, read_beneath, upload_beneath, write_beneath
 from envhub.sandbox.scratch import (
     CLEANUP_TIMEOUT_S,
+    STAGING,
     fill_scratch,
     remove_scratch,
     remove_tree,
@@ -63,6 +64,8 @@ KILL_GRACE_S = 5.0
 """How long a SIGKILLed command may take to die and close its pipes before the host gives up on it."""
 SHELL_UNITS = {"f": 512, "v": 1024}
 """The bytes in one unit of the shell's `ulimit -f` and `ulimit -v`."""
+DEV_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+"""The host's device nodes that bwrap's `--dev` binds into a sandbox."""
 SETPRIV = shutil.which("setpriv", path=DEFAULT_PATH)
 """util-linux's setpriv: as root, it drops each bubblewrap start to the slot's uid (real, effective and
 saved; its gid likewise, no supplementary groups), which lets subprocess start it with a vfork."""
@@ -185,10 +188,10 @@ class LocalSandbox(Sandbox):
         return args
 
     def _launcher(self, *, cpu_rlimit: bool) -> tuple[str, ...]:
-        """What runs before bwrap, as the slot's uid: it joins the slot's cgroups and lowers rlimits
-        (backstops), then execs bwrap; built once per sandbox for each `cpu_rlimit`. The C helper's
-        `launch` (envhub.sandbox.native), which drops to the uid itself, where it is built; else `sh -c`
-        (after `setpriv`, see _command_line).
+        """What runs before bwrap: it joins the slot's cgroups and lowers rlimits (backstops), then execs
+        bwrap as the slot's uid; built once per sandbox for each `cpu_rlimit`. The C helper's `launch`
+        (envhub.sandbox.native) where it is built, which as root also drops to the uid itself and hands
+        bwrap a mount namespace of `_kept_paths` alone; else `sh -c` (after `setpriv`, see _command_line).
 
         RLIMIT_CPU is left off for the persistent worker: it would cap the whole session's CPU, not a call's.
         The exec server keeps it: each command it spawns inherits it with a CPU clock of its own, as with
@@ -211,6 +214,7 @@ class LocalSandbox(Sandbox):
         if self._helper is not None:
             uid = str(self._slot.uid) if self._uid_drop == "helper" else "-"
             settings = [f"{number}={value}" for _, number, value in limits]
+            kept = self._kept_paths() if self._uid_drop == "helper" else []
             built = (
                 str(self._helper),
                 "launch",
@@ -219,6 +223,8 @@ class LocalSandbox(Sandbox):
                 *map(str, procs),
                 str(len(settings)),
                 *settings,
+                str(len(kept)),
+                *([str(self._scratch / STAGING), *kept] if kept else []),
                 "--",
             )
         else:
@@ -227,6 +233,18 @@ class LocalSandbox(Sandbox):
             built = ("/bin/sh", "-c", "\n".join([*lines, 'exec "$@"']), "envhub-sandbox")
         self._launchers[cpu_rlimit] = built
         return built
+
+    def _kept_paths(self) -> list[str]:
+        """The host paths a bubblewrap start of this sandbox reads, the only ones the launcher leaves in
+        the mount namespace it hands bwrap (as root; exec_server.c, trim_mounts): every bind's source,
+        /proc (a new proc mount needs the host's in sight), the device nodes `--dev` binds, bwrap itself
+        and the helper."""
+        args, sources, i = self._mounts, [], 0
+        while i < len(args):
+            if args[i] in ("--ro-bind", "--ro-bind-try", "--bind"):
+                sources.append(args[i + 1])
+            i += 3 if args[i] in ("--ro-bind", "--ro-bind-try", "--bind", "--symlink") else 2
+        return [self._bwrap, str(self._helper), "/proc", *DEV_NODES, *sources]
 
     @functools.cached_property
     def _helper(self) -> Path | None:

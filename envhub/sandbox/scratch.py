@@ -22,6 +22,11 @@ CLEANUP_TIMEOUT_S = 60.0
 """The bound on emptying a writable area that is a plain directory (no tmpfs to swap: not root)."""
 
 
+STAGING = "launch-root"
+"""As root, the scratch area's empty root-owned folder where the launcher stages the trimmed mount
+namespace it hands bubblewrap (exec_server.c, trim_mounts); never bound into the sandbox."""
+
+
 def fill_scratch(scratch: Path, policy: IsolationPolicy, uid: int) -> None:
     """Make the (empty) scratch directory a sandbox's writable area: a capped tmpfs (as root) and the
     workdir, /tmp and /dev/shm directories in it, owned by the slot's uid."""
@@ -30,6 +35,7 @@ def fill_scratch(scratch: Path, policy: IsolationPolicy, uid: int) -> None:
             str(scratch),
             f"size={policy.disk_mb * MiB},nr_inodes={policy.max_files},mode=0700,uid={uid},gid={uid}",
         )
+        (scratch / STAGING).mkdir(mode=0o700)
     for area in ("work", "tmp", "shm"):
         (scratch / area).mkdir(mode=0o700)
         os.chown(scratch / area, uid, uid)
