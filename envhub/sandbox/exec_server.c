@@ -495,9 +495,9 @@ static char **mount_points(int *count) {
  * system alone onto `staging` (an empty folder of the sandbox's own scratch area), bind into it every
  * mount that holds a kept path or lies beneath one, make it the root and detach the old one, all of it in
  * one unmount. What the sandbox sees is unchanged: bwrap binds the same paths from the same mounts.
- * Returns 0 once done; -1 where a step before the switch failed (a host whose root cannot be pivoted,
- * an initramfs say), with the host's namespace left for bwrap as it was: slower, never different. */
-static int trim_mounts(const char *staging, int nkeep, char **keep) {
+ * Where a step before the switch fails (a host whose root cannot be pivoted, an initramfs say), it
+ * returns with the host's namespace left for bwrap as it was: slower, never different. */
+static void trim_mounts(const char *staging, int nkeep, char **keep) {
     char **kept = calloc((size_t)nkeep + 1, sizeof *kept);
     int nkept = 0;
     for (int k = 0; k < nkeep; k++)
@@ -507,7 +507,7 @@ static int trim_mounts(const char *staging, int nkeep, char **keep) {
     char **points = NULL;
     if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
         (points = mount_points(&npoints)) == NULL || mount("/", staging, NULL, MS_BIND, NULL) != 0)
-        return -1;
+        return;
     /* Binds in passes until none is left that can be made: a mount must come after the one it sits on,
      * and the table's order is the order mounts were made, not always parents first. */
     char *done = calloc((size_t)npoints, 1), target[PATH_MAX];
@@ -527,20 +527,19 @@ static int trim_mounts(const char *staging, int nkeep, char **keep) {
     }
     for (int m = 0; m < npoints; m++)
         if (!done[m] && strcmp(points[m], "/") != 0)
-            return -1;
+            return;
     if (chdir(staging) != 0)
-        return -1;
+        return;
     if (syscall(SYS_pivot_root, ".", ".") != 0) {
         if (chdir("/") != 0)
             _exit(125);
-        return -1;
+        return;
     }
     /* The old root now sits on the new one: one lazy unmount takes it, with every mount beneath it. */
     if (umount2(".", MNT_DETACH) != 0 || chdir("/") != 0) {
         dprintf(2, "envhub launcher: cannot detach the host's mounts: %s\n", strerror(errno));
         _exit(125);
     }
-    return 0;
 }
 
 /* `launch UID|- N JOIN... M RESOURCE=VALUE... K [STAGING KEEP...] -- PROGRAM ARG...`: what setpriv and a
@@ -568,7 +567,8 @@ static int launch(int argc, char **argv) {
     }
     int nlimits = i < argc ? (int)strtol(argv[i++], NULL, 10) : 0;
     char **limits = argv + i;
-    i += nlimits;
+    if ((i += nlimits) >= argc)
+        die("envhub launcher: no -- PROGRAM after the limits");
     long nkeep = i < argc && strcmp(argv[i], "--") != 0 ? strtol(argv[i++], NULL, 10) : 0;
     if (nkeep > 0 && i + nkeep < argc) {
         trim_mounts(argv[i], (int)nkeep, argv + i + 1);

@@ -176,16 +176,18 @@ class LocalSandbox(Sandbox):
     @functools.cached_property
     def _mounts(self) -> list[str]:
         """bwrap's mount arguments: the same for every process of this sandbox, so built once."""
+        return [arg for mount in self._mount_ops for arg in mount]
+
+    @functools.cached_property
+    def _mount_ops(self) -> list[tuple[str, ...]]:
+        """bwrap's mount options in order, each with its arguments (a bind's host source first)."""
         p = self.policy
-        args = list(_system_dirs())
-        for f in ETC_FILES + (NETWORK_ETC_FILES if p.network else ()):
-            args += ["--ro-bind-try", f, f]
-        args += ["--proc", "/proc", "--dev", "/dev"]
-        for inside, host in self._areas.items():
-            args += ["--bind", str(host), inside]
-        for host_path, inside in p.ro_binds.items():
-            args += ["--ro-bind", host_path, inside]
-        return args
+        ops: list[tuple[str, ...]] = list(_system_dirs())
+        ops += [("--ro-bind-try", f, f) for f in ETC_FILES + (NETWORK_ETC_FILES if p.network else ())]
+        ops += [("--proc", "/proc"), ("--dev", "/dev")]
+        ops += [("--bind", str(host), inside) for inside, host in self._areas.items()]
+        ops += [("--ro-bind", host_path, inside) for host_path, inside in p.ro_binds.items()]
+        return ops
 
     def _launcher(self, *, cpu_rlimit: bool) -> tuple[str, ...]:
         """What runs before bwrap: it joins the slot's cgroups and lowers rlimits (backstops), then execs
@@ -239,11 +241,7 @@ class LocalSandbox(Sandbox):
         the mount namespace it hands bwrap (as root; exec_server.c, trim_mounts): every bind's source,
         /proc (a new proc mount needs the host's in sight), the device nodes `--dev` binds, bwrap itself
         and the helper."""
-        args, sources, i = self._mounts, [], 0
-        while i < len(args):
-            if args[i] in ("--ro-bind", "--ro-bind-try", "--bind"):
-                sources.append(args[i + 1])
-            i += 3 if args[i] in ("--ro-bind", "--ro-bind-try", "--bind", "--symlink") else 2
+        sources = [op[1] for op in self._mount_ops if op[0] in ("--ro-bind", "--ro-bind-try", "--bind")]
         return [self._bwrap, str(self._helper), "/proc", *DEV_NODES, *sources]
 
     @functools.cached_property
@@ -842,16 +840,16 @@ class LocalSandbox(Sandbox):
 
 
 @functools.cache
-def _system_dirs() -> tuple[str, ...]:
-    """bwrap's arguments for the host's system directories (a symlink stays one), read once: they do
+def _system_dirs() -> tuple[tuple[str, str, str], ...]:
+    """bwrap's options for the host's system directories (a symlink stays one), read once: they do
     not change while a program runs."""
-    args: list[str] = []
+    ops: list[tuple[str, str, str]] = []
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
-            args += ["--symlink", os.readlink(d), d]
+            ops.append(("--symlink", os.readlink(d), d))
         elif os.path.isdir(d):
-            args += ["--ro-bind", d, d]
-    return tuple(args)
+            ops.append(("--ro-bind", d, d))
+    return tuple(ops)
 
 
 def _reap_blocking(pids: list[int], deadline: float) -> None:

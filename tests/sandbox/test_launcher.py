@@ -35,9 +35,14 @@ def tmpfs(tmp_path: Path) -> Iterator[list[Path]]:
     """tmpfs mounts made by the test, unmounted (deepest first) after it."""
     made: list[Path] = []
     yield made
+    unmount_all(made)
+
+
+def unmount_all(made: list[Path]) -> None:
     for path in reversed(made):
         with contextlib.suppress(OSError):
             umount(str(path))
+    made.clear()
 
 
 def mounted(at: Path, made: list[Path]) -> Path:
@@ -95,9 +100,7 @@ def nested_mounts(tmpfs: list[Path]) -> Iterator[Path]:
     nested = mounted(data / "sub" / "nested", tmpfs)
     (nested / "deep.txt").write_text("deep")
     yield data
-    for path in reversed(tmpfs):
-        umount(str(path))
-    tmpfs.clear()
+    unmount_all(tmpfs)  # before the folder goes: this fixture ends before `tmpfs` does
     shutil.rmtree(folder)
 
 
