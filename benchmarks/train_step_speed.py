@@ -16,7 +16,8 @@ seconds, min and median over the repeats, and the wall time over the step's comp
 rate of the model's GEMM shapes, measured in this process right after the steps (`trainer_vs_trl.py`).
 
 `--with-vllm` first builds the vLLM engine in this process and generates one batch with it, as a
-bench-trl process holds one (its OpenMP threads and memory beside the trainer's); needs .venv-vllm.
+bench-trl process holds one (its memory beside the trainer's); needs .venv-vllm. Everything runs on the
+process's tensor thread, as in the trainer (`envhub.inference.tensor_thread`): one OpenMP team.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from envhub_trainer.grpo import micro_batches, row_tokens, train_step
 from envhub_trainer.loss import LossConfig
 from envhub_trainer.models import smollm2_dir
 from envhub_trainer.samples import TrainSample
+
+from envhub.inference.tensor_thread import on_tensor_thread
 
 PROMPT_TOKENS, COMPLETION_TOKENS, SEQUENCES, GROUP_SIZE = 50, 32, 32, 4
 
@@ -104,6 +107,11 @@ def main() -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         engine = VLLMEngine(smollm2_dir(), max_new_tokens=COMPLETION_TOKENS, batch_size=SEQUENCES, seed=0)
         engine.generate_ids([list(range(1, PROMPT_TOKENS + 1))] * SEQUENCES, 1.0)
+    on_tensor_thread(measure, args)
+
+
+def measure(args: argparse.Namespace) -> None:
+    """Load, warm up and time the variants (on the tensor thread)."""
     model, optimiser = load_model()
     samples, config = bench_samples(), bench_config()
     train_step(model, optimiser, samples, config)  # warm-up

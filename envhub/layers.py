@@ -131,8 +131,9 @@ LAYERS: tuple[Layer, ...] = (
         ("envhub.inference", "envhub.sync_loop", "envhub.websocket"),
         (_CONTRACT,),
         "What every model caller and every synchronous driver shares: the retrying HTTP client, "
-        "micro-batching, chat templates, the one background event loop, the one websocket connection "
-        "(its message cap) that every remote-env client opens. No env, sandbox or runner in it.",
+        "micro-batching, chat templates, the tensor thread, the one background event loop, the one "
+        "websocket connection (its message cap) that every remote-env client opens. No env, sandbox or "
+        "runner in it.",
     ),
     Layer(
         _AUTHORING,

@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 Item = TypeVar("Item")
 Options = TypeVar("Options", bound=Hashable)
@@ -46,7 +46,9 @@ class MicroBatcher(Generic[Item, Options, Result]):
     """Queues items per event loop and runs them `batch_size` at a time through `run_batch`.
 
     `run_batch(items, options)` must return one result per item, in order. It runs in a worker
-    thread, so it may block; a failure is raised in every caller of that batch, and the batcher goes on.
+    thread (`asyncio.to_thread`, or what `runner` names: a model's batches go to the process's tensor
+    thread, `envhub.inference.tensor_thread`), so it may block; a failure is raised in every caller of
+    that batch, and the batcher goes on.
     A call starts when `batch_size` items wait, when none arrived for `max_wait` seconds, or
     `max_delay` seconds after the wait began (default: 50 x `max_wait`).
     """
@@ -58,12 +60,14 @@ class MicroBatcher(Generic[Item, Options, Result]):
         batch_size: int,
         max_wait: float,
         max_delay: float | None = None,
+        runner: Callable[..., Awaitable[Any]] = asyncio.to_thread,
     ) -> None:
         if batch_size < 1 or max_wait < 0:
             raise ValueError(f"need batch_size >= 1 and max_wait >= 0; got {batch_size} and {max_wait}")
         if max_delay is not None and max_delay < max_wait:
             raise ValueError(f"need max_delay >= max_wait; got {max_delay} and {max_wait}")
         self.run_batch = run_batch
+        self.runner = runner
         self.batch_size = batch_size
         self.max_wait = max_wait
         self.max_delay = 50 * max_wait if max_delay is None else max_delay
@@ -95,7 +99,7 @@ class MicroBatcher(Generic[Item, Options, Result]):
             if not batch:
                 continue
             try:
-                results = await asyncio.to_thread(self.run_batch, [r.item for r in batch], options)
+                results = await self.runner(self.run_batch, [r.item for r in batch], options)
             except BaseException as exc:
                 for request in batch:
                     if not request.future.done():

@@ -25,6 +25,7 @@ from typing import Any, get_args
 from envhub.core import Env
 from envhub.inference.batching import MicroBatcher
 from envhub.inference.chat_template import prompt_ids
+from envhub.inference.tensor_thread import on_tensor_thread, to_tensor_thread
 from envhub.messages import Message
 from envhub.policies.base import Generation, Policy, ToolFormat
 from envhub.text_format import parse_assistant_text, tool_prompt
@@ -75,11 +76,16 @@ class _Model:
                 lambda prompts, options: self.generate_batch(prompts, *options),
                 batch_size=batch_size,
                 max_wait=max_wait,
+                runner=to_tensor_thread,
             )
         )
 
     def load(self) -> None:
-        """Load on first use, in a worker thread: loading reads the whole checkpoint."""
+        """Load on first use, on the tensor thread (`envhub.inference.tensor_thread`): loading reads the
+        whole checkpoint, and tensors made on another thread would start OpenMP workers of their own."""
+        on_tensor_thread(self._load_locked)
+
+    def _load_locked(self) -> None:
         with self.lock:
             self._load()
 
@@ -157,9 +163,9 @@ class TransformersPolicy(Policy):
     `temperature=0` decodes greedily. Logprobs are the model's own (log-softmax of the raw logits, before
     temperature or top-k/top-p from the model's generation config), as vLLM reports them by default.
     `chat_template` overrides the tokenizer's; `tool_format="text"` writes the tools into the system
-    prompt for templates that cannot render them (SmolLM2's drops them silently). Generation runs in a
-    worker thread, one at a time per model; sampling is seeded from `seed` call by call, so a run with
-    the same calls in the same order repeats.
+    prompt for templates that cannot render them (SmolLM2's drops them silently). Generation runs on the
+    process's tensor thread (`envhub.inference.tensor_thread`), one call at a time; sampling is seeded
+    from `seed` call by call, so a run with the same calls in the same order repeats.
 
     With `batch_size > 1`, turns of concurrent episodes that ask within `max_wait` seconds of each other
     (or while a generation runs) share one left-padded `generate` call: greedy tokens are the same as
@@ -268,6 +274,9 @@ class TransformersPolicy(Policy):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace the weights between generations (never during one): how a trainer syncs its updates."""
+        on_tensor_thread(self._load_state_dict, state)
+
+    def _load_state_dict(self, state: dict[str, Any]) -> None:
         import torch
 
         shared = self._shared
@@ -277,6 +286,9 @@ class TransformersPolicy(Policy):
 
     def state_dict(self) -> dict[str, Any]:
         """A copy of the current weights, taken between generations."""
+        return on_tensor_thread(self._state_dict)
+
+    def _state_dict(self) -> dict[str, Any]:
         shared = self._shared
         with shared.lock:
             shared._load()

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import logging
 import random
 import shutil
@@ -34,6 +33,7 @@ from typing import Any
 
 import torch
 
+from envhub.inference.tensor_thread import to_tensor_thread
 from envhub.records import Episode
 from envhub.rollout import EpisodeRef, failed, rollout
 from envhub.rollout.runner import POLICY_SECONDS
@@ -403,10 +403,11 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
         (run.directory / "config.json").write_text(config.model_dump_json(indent=2, by_alias=True))
     resume = (run.checkpoint / "state.json").exists()
     source = run.checkpoint / "model" if resume else config.model
-    model, ref_model, optimiser, state = _load_model(config, run, source, resume)
-    weights = distributed.full_state_dict(model)
+    # every tensor op of the run on the process's tensor thread: one OpenMP team, one malloc arena
+    model, ref_model, optimiser, state = await to_tensor_thread(_load_model, config, run, source, resume)
+    weights = await to_tensor_thread(distributed.full_state_dict, model)
     if distributed.rank() != 0:
-        follow(model, optimiser, config, ref_model)  # blocking: nothing else runs on this rank
+        await to_tensor_thread(follow, model, optimiser, config, ref_model)  # nothing else runs on this rank
         return []
     lead = _Lead(config, run, model, ref_model, optimiser, weights, state if resume else None)
     try:  # whatever fails on rank 0 from here, the others are told to stop (unless mid-step with it)
@@ -476,7 +477,6 @@ class _Lead:
         self.version: int = resumed["version"] if resumed is not None else 0
         self.pending: asyncio.Task[RolloutBatch] | None = None
         self.engine: RolloutEngine | None = None
-        self.step_thread = memory.step_thread()  # every step on one thread: its freed memory is reused
         self.kept_memory = memory.FreeMemoryKeeper()
         self.followers_wait = distributed.world_size() > 1  # in `follow`, for the next share
         self.dropped_stale = 0
@@ -558,18 +558,15 @@ class _Lead:
         )
         started = time.perf_counter()
         self.followers_wait = False
-        trained = await asyncio.get_running_loop().run_in_executor(
-            self.step_thread,
-            functools.partial(
-                lead_step,
-                self.model,
-                self.optimiser,
-                data.samples,
-                config,
-                ref_model=self.ref_model,
-                pad_id=self.pad_id,
-                checkpoint=checkpoint,
-            ),
+        trained = await to_tensor_thread(
+            lead_step,
+            self.model,
+            self.optimiser,
+            data.samples,
+            config,
+            ref_model=self.ref_model,
+            pad_id=self.pad_id,
+            checkpoint=checkpoint,
         )
         self.followers_wait = distributed.world_size() > 1
         self.kept_memory.after_step()  # malloc's free pages back to the system, when they outgrow a step
@@ -666,7 +663,6 @@ class _Lead:
             self.pending.cancel()
         if self.engine is not None:
             self.engine.close()  # a server process, Ray actors: stopped on success and on error alike
-        self.step_thread.shutdown(wait=False)
         if self.run.tensorboard is not None:
             self.run.tensorboard.close()
 

@@ -1,4 +1,4 @@
-"""The trainer process's memory: the peak resident set of each step, and the one thread steps run on.
+"""The trainer process's memory: the peak resident set of each step, and when free pages go back.
 
 Peak RSS per step: Linux keeps a process's high-water mark (VmHWM) and lets the process reset it
 (`/proc/self/clear_refs`), so each step's peak is read, not guessed from samples. Where the reset is not
@@ -6,7 +6,8 @@ available the figure is the process's peak so far (it still shows growth, though
 reset is the kernel's one high-water mark: `getrusage`'s ru_maxrss (and so `/usr/bin/time -v`) then
 report the peak since the last step began, not the run's; the run's peak is the largest step's.
 
-Every step runs on one thread (`step_thread`): glibc gives each thread a malloc arena of its own and keeps
+Every step runs on one thread (the process's tensor thread, `envhub.inference.tensor_thread`): glibc
+gives each thread a malloc arena of its own and keeps
 the memory freed in it for that arena's next allocations. Steps handed to whichever thread of a pool was
 idle left each step's activations (1.5 GiB for SmolLM2-135M) behind in another arena, so RSS grew by about
 that much a step (measured: 5.6 GiB after the first step, 12 GiB after six) while the memory in use stayed
@@ -24,7 +25,6 @@ already mapped.
 
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import functools
 import re
@@ -62,11 +62,6 @@ def peak_rss_bytes() -> int:
         return int(found.group(1)) * 1024
     unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit  # the process's peak
-
-
-def step_thread() -> concurrent.futures.ThreadPoolExecutor:
-    """One worker thread for every optimiser step of a run (see the module docstring for why one)."""
-    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="envhub-train-step")
 
 
 def release_free_memory() -> bool:

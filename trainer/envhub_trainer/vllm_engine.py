@@ -32,6 +32,7 @@ import torch
 from envhub.core import Env
 from envhub.inference.batching import MicroBatcher
 from envhub.inference.chat_template import prompt_ids
+from envhub.inference.tensor_thread import on_tensor_thread, submit_to_tensor_thread
 from envhub.messages import Message
 from envhub.policies.base import EpisodeTokens, Generation, Policy
 from envhub.text_format import parse_assistant_text
@@ -157,7 +158,10 @@ class VLLMEngine(InProcessEngine):
                 "num_gpu_blocks_override": blocks,  # exact, whatever vLLM's per-block layout
                 "kv_cache_memory_bytes": self.kv_cache_tokens * kv_bytes_per_token(self.model_dir, dtype),
             }
-        self.llm = LLM(
+        # vLLM is built, generates and reloads on the process's tensor thread, where the trainer's steps
+        # run too: one OpenMP team and one malloc arena for all of it (envhub.inference.tensor_thread).
+        self.llm = on_tensor_thread(
+            LLM,
             model=str(self.model_dir),
             dtype=dtype,
             enforce_eager=True,
@@ -176,9 +180,7 @@ class VLLMEngine(InProcessEngine):
         self._cache_counts = (0, 0)
         self._preemptions = 0
         self._failed_sync: str | None = None
-        # vLLM's work (generation and weight reloads) on one thread of its own: run on whichever thread
-        # called, each call's freed buffers stayed in that thread's malloc arena (envhub_trainer.memory).
-        self._thread = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-engine")
+        # generate_ids takes the lock off the tensor thread: a sync that holds it waits on that thread
         self.batcher: MicroBatcher[list[int], float, tuple[list[int], list[float], bool]] = MicroBatcher(
             self.generate_ids, batch_size=batch_size, max_wait=max_wait
         )
@@ -214,7 +216,7 @@ class VLLMEngine(InProcessEngine):
                 for prompt in prompts
             ]
             requests = [{"prompt_token_ids": p} for p in prompts]
-            outputs = self._thread.submit(self.llm.generate, requests, params, use_tqdm=False).result()
+            outputs = on_tensor_thread(self.llm.generate, requests, params, use_tqdm=False)
         results = []
         for output in outputs:
             sample = output.outputs[0]
@@ -243,7 +245,7 @@ class VLLMEngine(InProcessEngine):
         weights = [(name, tensor.detach().to("cpu")) for name, tensor in state.items()]
         with self._lock:
             self._check_usable()
-            future = self._thread.submit(
+            future = submit_to_tensor_thread(
                 self.llm.collective_rpc, "reload_weights", kwargs={"weights_iterator": weights}
             )
             try:
@@ -262,8 +264,7 @@ class VLLMEngine(InProcessEngine):
         self.version = version
 
     def close(self) -> None:
-        """vLLM runs in this process and is freed with the engine; only its thread is let go."""
-        self._thread.shutdown(wait=False)
+        """Nothing to stop: vLLM runs in this process, on its tensor thread, and is freed with the engine."""
 
     def _check_usable(self) -> None:
         """After a failed sync vLLM may hold a mix of weights (and a reload may still be running)."""
@@ -304,7 +305,7 @@ class VLLMEngine(InProcessEngine):
     def checksum(self) -> str:
         """sha256 of vLLM's own weights (its fused layout: compare versions of it, not with HF names)."""
         with self._lock:
-            [state] = self.llm.collective_rpc(_worker_state)
+            [state] = on_tensor_thread(self.llm.collective_rpc, _worker_state)
         return weights_checksum(state)
 
 
