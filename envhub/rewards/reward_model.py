@@ -21,12 +21,13 @@ import math
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from envhub.core import InfrastructureError
 from envhub.inference.batching import MicroBatcher
 from envhub.inference.chat_template import conversation_text
 from envhub.inference.client import RequestNotSent, RetryingClient, ServerGaveUp, bearer, snippet
+from envhub.inference.tensor_thread import on_tensor_thread, to_tensor_thread
 from envhub.messages import Message, TextPart, assistant
 from envhub.reward_marker import reward
 from envhub.rewards.conversation import as_messages, encodable, middle_cut, split_answer
@@ -37,6 +38,9 @@ Prompt = str | list[Message]
 INSTALL_HINT = "pip install 'envhub-core[hf]' (torch==2.13.0 and transformers)"
 MAX_ANSWER_CHARS = 24_000
 """The default longest answer a reward model reads; longer ones are cut in the middle to this."""
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class RewardModelError(InfrastructureError):
@@ -144,13 +148,14 @@ class LocalRewardModel(_Scorer):
         self._model: Any = None
         self._tokenizer: Any = None
         self._batcher: MicroBatcher[list[Message], None, float] = MicroBatcher(
-            self._forward_batch, batch_size=batch_size, max_wait=max_wait
+            self._forward_batch, batch_size=batch_size, max_wait=max_wait, runner=to_tensor_thread
         )
 
     def load(self) -> None:
-        """Load the model and tokenizer now (blocking; the async methods do it in a worker thread)."""
-        with self._lock:
-            self._load()
+        """Load the model and tokenizer now (blocking; the async methods load on first use). Loading,
+        rendering and forward passes run on the process's tensor thread (`envhub.inference.tensor_thread`),
+        beside a policy's or a trainer's: the lock is only ever taken there."""
+        on_tensor_thread(self._locked, self._load)
 
     def _load(self) -> None:
         if self._model is not None:
@@ -179,32 +184,36 @@ class LocalRewardModel(_Scorer):
 
     def render(self, messages: list[Message]) -> str:
         """The text the model reads for a conversation (loads the tokenizer when needed)."""
-        with self._lock:
-            self._load()
-            return self._render(messages)
+        return on_tensor_thread(self._locked, self._load_and_render, messages)
+
+    def _load_and_render(self, messages: list[Message]) -> str:
+        self._load()
+        return self._render(messages)
 
     def _render(self, messages: list[Message]) -> str:
         return conversation_text(self._tokenizer, messages, chat_template=self.chat_template)
 
     def forward(self, conversations: list[list[Message]]) -> list[float]:
         """Score conversations in one forward pass, blocking; the async methods batch into this."""
+        return on_tensor_thread(self._locked, self._forward, conversations)
+
+    def _forward(self, conversations: list[list[Message]]) -> list[float]:
         import torch
 
-        with self._lock:
-            self._load()
-            templated = self.chat_template and bool(getattr(self._tokenizer, "chat_template", None))
-            encoded = self._tokenizer(
-                [self._render(c) for c in conversations],
-                padding=True,
-                truncation=self.max_length is not None,
-                max_length=self.max_length,
-                add_special_tokens=not templated,  # the template already wrote them
-                return_tensors="pt",
-            ).to(self.device)
-            with torch.inference_mode():
-                logits = self._model(**encoded).logits
-            self.forward_passes += 1
-            return [float(v) for v in logits[:, 0].float().cpu()]
+        self._load()
+        templated = self.chat_template and bool(getattr(self._tokenizer, "chat_template", None))
+        encoded = self._tokenizer(
+            [self._render(c) for c in conversations],
+            padding=True,
+            truncation=self.max_length is not None,
+            max_length=self.max_length,
+            add_special_tokens=not templated,  # the template already wrote them
+            return_tensors="pt",
+        ).to(self.device)
+        with torch.inference_mode():
+            logits = self._model(**encoded).logits
+        self.forward_passes += 1
+        return [float(v) for v in logits[:, 0].float().cpu()]
 
     async def score_batch(self, items: Sequence[tuple[Prompt, str]]) -> list[float]:
         """Scores for (prompt, answer) pairs, micro-batched with any other requests in flight."""
@@ -228,6 +237,10 @@ class LocalRewardModel(_Scorer):
         with self._lock:
             self._model = None
             self._tokenizer = None
+
+    def _locked(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        with self._lock:
+            return fn(*args, **kwargs)
 
 
 class HTTPRewardModel(_Scorer):

@@ -7,12 +7,14 @@ import json
 import random
 import shutil
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import envhub
+from envhub.inference.tensor_thread import on_tensor_thread
 from envhub.messages import Message
 from envhub.rewards import HTTPRewardModel, LocalRewardModel, RewardModel, RewardModelError
 from envhub.testing.reward_server import RewardServer
@@ -59,6 +61,17 @@ def test_concurrent_requests_are_micro_batched(reward_model_dir: Path, batch_siz
     scores = asyncio.run(concurrently())
     assert model.forward_passes == passes
     assert scores == pytest.approx(asyncio.run(one_by_one(model)), rel=1e-4, abs=1e-4)
+
+
+def test_loading_and_every_forward_pass_run_on_the_tensor_thread(reward_model_dir: Path) -> None:
+    """One OpenMP team per process: a reward model beside a policy or a trainer starts no team of its own."""
+    model = LocalRewardModel(reward_model_dir, batch_size=4, max_wait=0.02)
+    model.load()
+    threads: set[int] = set()
+    model._model.register_forward_pre_hook(lambda *_: threads.add(threading.get_ident()))
+    model.forward([[Message(role="user", content="Hi?"), Message(role="assistant", content="Hello.")]])
+    asyncio.run(model.score_batch(ITEMS))
+    assert threads == {on_tensor_thread(threading.get_ident)}
 
 
 def test_the_chat_template_is_used_unless_turned_off(reward_model_dir: Path) -> None:
