@@ -82,8 +82,10 @@ class _Model:
 
     def load(self) -> None:
         """Load on first use, on the tensor thread (`envhub.inference.tensor_thread`): loading reads the
-        whole checkpoint, and tensors made on another thread would start OpenMP workers of their own."""
-        on_tensor_thread(self._load_locked)
+        whole checkpoint, and tensors made on another thread would start OpenMP workers of their own.
+        A loaded model is seen without that trip: every turn asks, and the thread may be generating."""
+        if self.model is None:
+            on_tensor_thread(self._load_locked)
 
     def _load_locked(self) -> None:
         with self.lock:

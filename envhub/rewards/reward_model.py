@@ -154,7 +154,7 @@ class LocalRewardModel(_Scorer):
     def load(self) -> None:
         """Load the model and tokenizer now (blocking; the async methods load on first use). Loading,
         rendering and forward passes run on the process's tensor thread (`envhub.inference.tensor_thread`),
-        beside a policy's or a trainer's: the lock is only ever taken there."""
+        beside a policy's or a trainer's, under the lock that `close` takes to free the model."""
         on_tensor_thread(self._locked, self._load)
 
     def _load(self) -> None:

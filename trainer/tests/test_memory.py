@@ -44,8 +44,7 @@ assert memory.peak_rss_bytes() < before + 100 * MIB, (before, memory.peak_rss_by
 def test_the_peak_is_measured_and_restarts_where_asked() -> None:
     """In a fresh interpreter: inside the suite's process, gigabytes held by earlier tests (and freed
     memory malloc keeps) make the figures say nothing about the measurement itself."""
-    done = subprocess.run([sys.executable, "-c", PEAK_CHECK], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    run_in_a_fresh_interpreter(PEAK_CHECK)
 
 
 HEAP_RELEASE_CHECK = """
@@ -72,9 +71,11 @@ def test_freed_heap_memory_goes_back_to_the_system() -> None:
     leaves holes malloc keeps (only a free top of the heap is returned by itself) until released. In a
     fresh interpreter: in the suite's process, earlier tests' free chunks decide where the blocks land
     (one run saw 122 MiB go back by itself)."""
-    done = subprocess.run(
-        [sys.executable, "-c", HEAP_RELEASE_CHECK], capture_output=True, text=True, timeout=120
-    )
+    run_in_a_fresh_interpreter(HEAP_RELEASE_CHECK)
+
+
+def run_in_a_fresh_interpreter(check: str) -> None:
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
 
