@@ -1,6 +1,6 @@
 """One GRPO training step of bench-trl's shape, timed and profiled on its own (no rollout, no vLLM).
 
-    python benchmarks/train_step_speed.py [--repeats 5] [--threads 2] [--profile] [--with-vllm]
+    python benchmarks/train_step_speed.py [--repeats 5] [--threads 2] [--profile | --gemms] [--with-vllm]
 
 SmolLM2-135M-Instruct (fp32, the local copy `models.smollm2_dir` builds) trains on 32 sequences shaped
 like `make bench-trl`'s: 8 prompts of 50 tokens, 4 samples each with completions of at most 32 tokens
@@ -15,6 +15,11 @@ seconds, min and median over the repeats, and the wall time over the step's comp
 (bench-trl's formula, over the tokens each way runs through the model, padding excluded) at the matmul
 rate of the model's GEMM shapes, measured in this process right after the steps (`trainer_vs_trl.py`).
 
+`--gemms` times one step's matrix multiplies three ways, taking turns: in the step (profiled, by shape),
+replayed back to back on random operands of the step's shapes and strides, and each shape alone and hot
+(the kind of rate the bound assumes). Where the step's GEMMs are as fast as their replay, what separates
+them from the bound is the GEMMs themselves, not the code between them.
+
 `--with-vllm` first builds the vLLM engine in this process and generates one batch with it, as a
 bench-trl process holds one (its memory beside the trainer's); needs .venv-vllm. Everything runs on the
 process's tensor thread, as in the trainer (`envhub.inference.tensor_thread`): one OpenMP team.
@@ -23,10 +28,13 @@ process's tensor thread, as in the trainer (`envhub.inference.tensor_thread`): o
 from __future__ import annotations
 
 import argparse
+import functools
+import math
 import os
 import random
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -97,6 +105,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--profile", action="store_true", help="profile one step instead (torch.profiler)")
     parser.add_argument(
+        "--gemms", action="store_true", help="the step's GEMMs by shape, in the step and alone"
+    )
+    parser.add_argument(
         "--with-vllm", action="store_true", help="build the vLLM engine in this process first"
     )
     args = parser.parse_args()
@@ -122,6 +133,9 @@ def measure(args: argparse.Namespace) -> None:
             train_step(model, optimiser, samples, config)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40))
         return
+    if args.gemms:
+        show_gemms(model, optimiser, samples, config, args.repeats)
+        return
     apart = bench_config(share_prompts=False)
     variants = {
         "a row per sample, autograd accumulation": (apart, False),
@@ -144,6 +158,118 @@ def measure(args: argparse.Namespace) -> None:
             f"({min(walls) / bounds[name]:.2f}x / {statistics.median(walls) / bounds[name]:.2f}x "
             f"its bound of {bounds[name]:.2f} s)"
         )
+    print(f"load average (1 min) {os.getloadavg()[0]:.2f}")
+
+
+GemmShape = tuple[str, int, int, int]
+"""(operator, rows M rounded to 50, inner K, columns N) of a matrix multiply."""
+
+
+def step_gemms(
+    model: Any, optimiser: torch.optim.Optimizer, samples: list[TrainSample], config: TrainConfig
+) -> dict[GemmShape, tuple[int, float, float]]:
+    """Calls, seconds and FLOPs of one profiled step's `mm` and `addmm_` (the weight-gradient
+    accumulation), by shape."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        train_step(model, optimiser, samples, config)
+    groups: dict[GemmShape, tuple[int, float, float]] = {}
+    for event in prof.events():
+        if event.name not in ("aten::mm", "aten::addmm_"):
+            continue
+        left, right = event.input_shapes[0:2] if event.name == "aten::mm" else event.input_shapes[1:3]
+        m, k, n = left[0], left[1], right[1]
+        key = (event.name, 50 * max(round(m / 50), 1), k, n)
+        calls, seconds, flops = groups.get(key, (0, 0.0, 0.0))
+        groups[key] = (calls + 1, seconds + event.self_cpu_time_total / 1e6, flops + 2.0 * m * k * n)
+    return groups
+
+
+def alone_gflops(shape: GemmShape, repeats: int = 5) -> float:
+    """The same product run on its own, its operands hot in cache: the fastest of `repeats`."""
+    _, m, k, n = shape
+    left, right, out = torch.randn(m, k), torch.randn(k, n), torch.zeros(m, n)
+    best = math.inf
+    for _ in range(repeats + 1):
+        started = time.perf_counter()
+        out.addmm_(left, right)
+        best = min(best, time.perf_counter() - started)
+    return 2.0 * m * k * n / best / 1e9
+
+
+def recorded_gemms(
+    model: Any, optimiser: torch.optim.Optimizer, samples: list[TrainSample], config: TrainConfig
+) -> list[Callable[[], object]]:
+    """Every `mm` and `addmm_` of one step, in order, as a call on random operands of the same shapes and
+    strides: the step's GEMMs replayed back to back, with nothing else between them."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+    calls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
+
+    def like(tensor: torch.Tensor) -> torch.Tensor:
+        return torch.empty_strided(tensor.shape, tensor.stride()).normal_()
+
+    class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,unused-ignore]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is aten.mm.default or func is aten.mm.out:
+                calls.append((like(args[0]), like(args[1]), None))
+            elif func is aten.addmm_.default:
+                calls.append((like(args[1]), like(args[2]), torch.zeros(args[0].shape)))
+            return func(*args, **(kwargs or {}))
+
+    with Recorder():  # type: ignore[no-untyped-call,unused-ignore]
+        train_step(model, optimiser, samples, config)
+    return [
+        functools.partial(out.addmm_, left, right)
+        if out is not None
+        else functools.partial(torch.mm, left, right)
+        for left, right, out in calls
+    ]
+
+
+def show_gemms(
+    model: Any,
+    optimiser: torch.optim.Optimizer,
+    samples: list[TrainSample],
+    config: TrainConfig,
+    repeats: int,
+) -> None:
+    """One step's GEMMs three ways: in the step (profiled, by shape), replayed back to back with the
+    step's shapes and strides, and each shape alone and hot, its fastest of five (the matmul benchmark's
+    kind of rate). The three take turns `repeats` times and each keeps its best: on a host whose speed
+    swings from minute to minute, none gets only the slow minutes."""
+    replay = recorded_gemms(model, optimiser, samples, config)
+    in_step: dict[GemmShape, tuple[int, float, float]] = {}
+    alone: dict[GemmShape, float] = {}
+    replayed = math.inf
+    for _ in range(repeats):
+        for shape, (calls, seconds, flops) in step_gemms(model, optimiser, samples, config).items():
+            if shape not in in_step or seconds < in_step[shape][1]:
+                in_step[shape] = (calls, seconds, flops)
+        started = time.perf_counter()
+        for gemm in replay:
+            gemm()
+        replayed = min(replayed, time.perf_counter() - started)
+        for shape in in_step:
+            alone[shape] = max(alone.get(shape, 0.0), alone_gflops(shape))
+    total_seconds = sum(g[1] for g in in_step.values())
+    total_flops = sum(g[2] for g in in_step.values())
+    alone_seconds = sum(flops / alone[shape] / 1e9 for shape, (_, _, flops) in in_step.items())
+    print(
+        f"operator, M (~50), K, N: calls, seconds in the step, GFLOP/s in the step / alone "
+        f"(best of {repeats})"
+    )
+    for shape, (calls, seconds, flops) in sorted(in_step.items(), key=lambda item: -item[1][1]):
+        print(f"  {shape}: {calls}, {seconds:.3f} s, {flops / seconds / 1e9:.0f} / {alone[shape]:.0f}")
+    print(f"the step's {len(replay)} GEMMs, {total_flops / 1e9:.0f} GFLOP:")
+    for name, seconds in (
+        ("in the step", total_seconds),
+        ("replayed back to back", replayed),
+        ("each shape alone, hot", alone_seconds),
+    ):
+        print(f"  {name}: {seconds:.2f} s, {total_flops / seconds / 1e9:.0f} GFLOP/s")
     print(f"load average (1 min) {os.getloadavg()[0]:.2f}")
 
 
