@@ -164,6 +164,9 @@ def measure(args: argparse.Namespace) -> None:
 GemmShape = tuple[str, int, int, int]
 """(operator, rows M rounded to 50, inner K, columns N) of a matrix multiply."""
 
+GEMM_OPERANDS = {"mm": slice(0, 2), "addmm_": slice(1, 3)}
+"""Where each GEMM operator's two factors are among its inputs (`addmm_`'s first is what it adds into)."""
+
 
 def step_gemms(
     model: Any, optimiser: torch.optim.Optimizer, samples: list[TrainSample], config: TrainConfig
@@ -176,9 +179,10 @@ def step_gemms(
         train_step(model, optimiser, samples, config)
     groups: dict[GemmShape, tuple[int, float, float]] = {}
     for event in prof.events():
-        if event.name not in ("aten::mm", "aten::addmm_"):
+        operands = GEMM_OPERANDS.get(event.name.removeprefix("aten::"))
+        if operands is None:
             continue
-        left, right = event.input_shapes[0:2] if event.name == "aten::mm" else event.input_shapes[1:3]
+        left, right = event.input_shapes[operands]
         m, k, n = left[0], left[1], right[1]
         key = (event.name, 50 * max(round(m / 50), 1), k, n)
         calls, seconds, flops = groups.get(key, (0, 0.0, 0.0))
@@ -207,7 +211,6 @@ def recorded_gemms(
     replay holds ~8.6 GiB for bench-trl's step (its operands summed from the profiled shapes)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    aten = torch.ops.aten
     calls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
 
     def like(tensor: torch.Tensor) -> torch.Tensor:
@@ -215,10 +218,11 @@ def recorded_gemms(
 
     class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call,unused-ignore]
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            if func is aten.mm.default or func is aten.mm.out:
-                calls.append((like(args[0]), like(args[1]), None))
-            elif func is aten.addmm_.default:
-                calls.append((like(args[1]), like(args[2]), torch.zeros(args[0].shape)))
+            name = func.overloadpacket.__name__
+            if name in GEMM_OPERANDS:
+                left, right = args[GEMM_OPERANDS[name]]
+                out = torch.zeros(args[0].shape) if name == "addmm_" else None
+                calls.append((like(left), like(right), out))
             return func(*args, **(kwargs or {}))
 
     with Recorder():  # type: ignore[no-untyped-call,unused-ignore]
