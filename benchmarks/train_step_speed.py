@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from envhub_trainer import memory
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.grpo import micro_batches, row_tokens, train_step
 from envhub_trainer.loss import LossConfig
@@ -123,6 +124,7 @@ def main() -> None:
 
 def measure(args: argparse.Namespace) -> None:
     """Load, warm up and time the variants (on the tensor thread)."""
+    memory.keep_freed_memory()  # as the trainer's process does
     model, optimiser = load_model()
     samples, config = bench_samples(), bench_config()
     train_step(model, optimiser, samples, config)  # warm-up

@@ -403,6 +403,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
         (run.directory / "config.json").write_text(config.model_dump_json(indent=2, by_alias=True))
     resume = (run.checkpoint / "state.json").exists()
     source = run.checkpoint / "model" if resume else config.model
+    memory.keep_freed_memory()  # a step reuses the last one's memory instead of faulting it back in
     # every tensor op of the run on the process's tensor thread: one OpenMP team, one malloc arena
     model, ref_model, optimiser, state = await to_tensor_thread(_load_model, config, run, source, resume)
     weights = await to_tensor_thread(distributed.full_state_dict, model)

@@ -74,6 +74,44 @@ def test_freed_heap_memory_goes_back_to_the_system() -> None:
     run_in_a_fresh_interpreter(HEAP_RELEASE_CHECK)
 
 
+REUSE_CHECK = """
+import resource, threading
+from envhub_trainer import memory
+MIB = 2**20
+if {keep}:
+    assert memory.keep_freed_memory(), "mallopt is not in this C library"
+faults = []
+def steps():  # on a thread of its own, as the trainer's steps: its own malloc arena
+    for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        blocks = [bytearray(170 * MIB), *(bytearray(40 * MIB) for _ in range(4))]  # zero-filled: touched
+        faults.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before)
+        del blocks
+thread = threading.Thread(target=steps)
+thread.start()
+thread.join()
+print(*faults)
+"""
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_step_reuses_the_memory_the_last_one_freed(keep: bool) -> None:
+    """Blocks of a step's sizes (the logits' ~170 MiB, activations of tens of MiB) freed and allocated
+    again on one thread: glibc unmaps each when it is freed and the next step faults it back in, one
+    fault a page, unless `keep_freed_memory` made malloc keep it. Without it is the control: it shows
+    the faults are counted where the check looks for them."""
+    done = subprocess.run(
+        [sys.executable, "-c", REUSE_CHECK.format(keep=keep)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    first, *later = (int(n) for n in done.stdout.split())
+    assert first > 300 * MIB // 4096, first  # the first round faults its ~330 MiB in, either way
+    if keep:
+        assert max(later) < first // 20, (first, later)
+    else:
+        assert min(later) > first // 2, (first, later)
+
+
 def run_in_a_fresh_interpreter(check: str) -> None:
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
