@@ -115,14 +115,23 @@ def resident_bytes() -> int | None:
 
 class FreeMemoryKeeper:
     """Returns malloc's free pages to the system after a step only when the process has outgrown what
-    its steps reuse: its RSS over `RELEASE_GROWTH` times the RSS after the first step since the last
-    release (malloc's own count of free memory cannot tell: a released page stays a free chunk)."""
+    its steps reuse: its RSS over `RELEASE_GROWTH` times its base, the RSS after the first step since
+    the last release (malloc's own count of free memory cannot tell: a released page stays a free chunk).
+
+    The process's first `settling_steps` set no base: no weight sync came before the first step, and the
+    memory a sync and the generation after it keep (`keep_freed_memory`) is in every later step's RSS. A
+    base taken after the first step was outgrown at once (bench-trl: 4.27 -> 5.06 GiB), and the release
+    it set off made the third step fault its memory back in."""
 
     def __init__(
-        self, growth: float = RELEASE_GROWTH, resident: Callable[[], int | None] = resident_bytes
+        self,
+        growth: float = RELEASE_GROWTH,
+        resident: Callable[[], int | None] = resident_bytes,
+        settling_steps: int = 1,
     ) -> None:
         self.growth = growth
         self._resident = resident
+        self._settling = settling_steps
         self.baseline: int | None = None
 
     def after_step(self) -> bool:
@@ -130,6 +139,9 @@ class FreeMemoryKeeper:
         now = self._resident()
         if now is None:  # nothing to compare: release every step, which bounds the creep all the same
             return release_free_memory()
+        if self._settling > 0:
+            self._settling -= 1
+            return False
         if self.baseline is None:
             self.baseline = now
             return False

@@ -118,16 +118,18 @@ def run_in_a_fresh_interpreter(check: str) -> None:
 
 
 def test_free_pages_go_back_only_once_the_process_outgrows_its_steps() -> None:
-    """Released every step, each step faults its activations back in (memory.py); kept, they creep."""
-    figures = iter([100, 110, 111, 80, 87, 89])
+    """Released every step, each step faults its activations back in (memory.py); kept, they creep. The
+    first step sets no base (no weight sync came before it): the second does, and after a release the
+    next step."""
+    figures = iter([50, 100, 110, 111, 80, 87, 89])
     keeper = memory.FreeMemoryKeeper(growth=1.1, resident=lambda: next(figures) * MIB)
-    assert [keeper.after_step() for _ in range(6)] == [False, False, True, False, False, True]
+    assert [keeper.after_step() for _ in range(7)] == [False, False, False, True, False, False, True]
 
 
 KEEPER_CHECK = """
 from envhub_trainer import memory
 MIB = 2**20
-keeper = memory.FreeMemoryKeeper(growth=1.5)
+keeper = memory.FreeMemoryKeeper(growth=1.5, settling_steps=0)
 assert not keeper.after_step()  # the base
 held, freed = [], []
 for _ in range(4800):  # 300 MiB of 64 KiB blocks, with a kept block after each: holes malloc keeps
