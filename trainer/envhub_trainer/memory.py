@@ -25,9 +25,9 @@ already mapped.
 glibc also gives memory back on its own, and each of its ways made bench-trl's steps fault their memory
 back in (150-300 k page faults a step beside the vLLM engine): a block over the mmap threshold (at most
 32 MiB; the vocabulary-wide logits are ~170 MiB) is a mapping of its own, unmapped when freed; a thread
-arena's 64 MiB heap that empties is unmapped, whatever the trim threshold; and a free top of a heap over
-the trim threshold is trimmed. `keep_freed_memory` turns the three off, so that `FreeMemoryKeeper`'s
-release is the one way memory goes back.
+arena's 64 MiB heap that empties is unmapped, whatever the trim threshold; a free top of a heap over the
+trim threshold is trimmed; and a thread arena maps any block over 64 MiB apart. `keep_freed_memory`
+turns the four off, so that `FreeMemoryKeeper`'s release is the one way memory goes back.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def peak_rss_bytes() -> int:
 def release_free_memory() -> bool:
     """Return the free pages of every malloc arena to the system (glibc's malloc_trim); False where the
     C library has no such call (musl, macOS), which changes nothing but the RSS between steps."""
-    trim = _malloc_trim()
+    trim = _libc("malloc_trim")
     if trim is None:
         return False
     trim(0)
@@ -92,7 +92,7 @@ def keep_freed_memory() -> bool:
     the main one, whose heap has no size limit (a thread arena maps a block over its 64 MiB heaps apart).
     Process-wide, for the rest of the process (the trainer's process is its own); False where the C
     library is not glibc, which changes nothing but page faults."""
-    mallopt = _mallopt()
+    mallopt = _libc("mallopt")
     if mallopt is None:
         return False
     settings = (
@@ -152,18 +152,10 @@ class FreeMemoryKeeper:
 
 
 @functools.cache
-def _mallopt() -> Callable[[int, int], int] | None:
+def _libc(name: str) -> Callable[..., int] | None:
+    """A function of the C library this process runs on; None where it has no such function."""
     try:
-        mallopt: Callable[[int, int], int] = ctypes.CDLL(None).mallopt
+        function: Callable[..., int] = getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):
         return None
-    return mallopt
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim  # the C library this process runs on
-    except (OSError, AttributeError):
-        return None
-    return trim
+    return function

@@ -81,7 +81,7 @@ MIB = 2**20
 if {keep}:
     assert memory.keep_freed_memory(), "mallopt is not in this C library"
 faults = []
-def steps():  # on a thread of its own, as the trainer's steps: its own malloc arena
+def steps():  # on a thread started afterwards, as the trainer's tensor thread
     for _ in range(3):
         before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
         blocks = [bytearray(170 * MIB), *(bytearray(40 * MIB) for _ in range(4))]  # zero-filled: touched
