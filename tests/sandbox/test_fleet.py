@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -395,10 +396,18 @@ def e2b_double(monkeypatch: pytest.MonkeyPatch) -> Iterator[E2BDouble]:
 
 
 @pytest.fixture
-def killed_owner(tmp_path: Path, e2b_double: E2BDouble) -> Iterator[tuple[int, list[str], Path]]:
+def killed_owner(
+    tmp_path: Path, e2b_double: E2BDouble, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[int, list[str], Path]]:
     """A process that opened sandboxes through the fleet (local while its quota of 2 lasts, then one
     container when an engine is here, then E2B), then was killed with SIGKILL: its pid, its providers,
-    its lease dir."""
+    its lease dir.
+
+    Its scratch areas and owner lease go to a temp dir of this test's own (TMPDIR there, `tempfile`'s
+    here): on a shared host any envhub process sweeps a dead owner's areas from the common one before its
+    first sandbox (`scratch.sweep_stale_scratch`), rightly, and once took them before the test looked."""
+    private = Path(tempfile.mkdtemp(prefix="envhub-fleet-"))  # short: under the real temp dir
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
     leases = tmp_path / "leases"
     providers: list[dict[str, Any]] = [{"name": "local", "max_concurrent": 2}]
     if _DOCKER_SKIP is None:
@@ -407,7 +416,12 @@ def killed_owner(tmp_path: Path, e2b_double: E2BDouble) -> Iterator[tuple[int, l
     fleet_config = {"providers": providers, "lease_dir": str(leases), "lease_ttl_s": 10, "heartbeat_s": 1}
     script = tmp_path / "owner.py"
     script.write_text(textwrap.dedent(OWNER))
-    env = {**os.environ, "ENVHUB_FLEET": json.dumps(fleet_config), "PYTHONPATH": os.getcwd()}
+    env = {
+        **os.environ,
+        "ENVHUB_FLEET": json.dumps(fleet_config),
+        "PYTHONPATH": os.getcwd(),
+        "TMPDIR": str(private),
+    }
     proc = subprocess.Popen(
         [sys.executable, str(script), str(len(providers) + 1)], stdout=subprocess.PIPE, text=True, env=env
     )
@@ -427,6 +441,7 @@ def killed_owner(tmp_path: Path, e2b_double: E2BDouble) -> Iterator[tuple[int, l
         # Whatever the test did not reap goes now, so a failure leaves nothing running.
         reap(find_orphans(LeaseBook(leases, 10), owners={proc.pid}), LeaseBook(leases, 10))
         wait_orphaned_children()
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def test_the_reaper_reclaims_what_a_killed_owner_left(
