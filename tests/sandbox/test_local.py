@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -261,7 +263,17 @@ async def test_parallel_writes_into_a_new_folder_all_succeed() -> None:
 
 
 def test_scratch_left_by_a_killed_process_is_swept_by_the_next_one() -> None:
-    """A host process SIGKILLed mid-sandbox cannot clean up; the next envhub process must."""
+    """A host process SIGKILLed mid-sandbox cannot clean up; the next envhub process must. Both use a
+    temp dir of this test's own: on a shared host any envhub process may sweep the dead one's area from
+    the common one first (rightly), and the check that it was left would fail."""
+    private = tempfile.mkdtemp(prefix="envhub-sweep-")  # short: under the real temp dir
+    try:
+        check_the_next_process_sweeps({**os.environ, "TMPDIR": private})
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def check_the_next_process_sweeps(env: dict[str, str]) -> None:
     code = (
         "import asyncio, os, envhub.sandbox as s\n"
         "async def main():\n"
@@ -270,7 +282,7 @@ def test_scratch_left_by_a_killed_process_is_swept_by_the_next_one() -> None:
         "    os.kill(os.getpid(), 9)\n"
         "asyncio.run(main())\n"
     )
-    killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     leftover = Path(killed.stdout.strip())
     assert killed.returncode == -9 and leftover.is_dir()
     sweep = (
@@ -279,7 +291,7 @@ def test_scratch_left_by_a_killed_process_is_swept_by_the_next_one() -> None:
         "    async with s.open('local'): pass\n"
         "asyncio.run(main())\n"
     )
-    subprocess.run([sys.executable, "-c", sweep], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", sweep], check=True, timeout=60, env=env)
     assert not leftover.exists()
     assert str(leftover) not in Path("/proc/self/mounts").read_text()
 
