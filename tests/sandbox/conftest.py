@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +65,19 @@ async def sb(backend: str) -> AsyncIterator[Sandbox]:
         yield box
     finally:
         await box.close()
+
+
+@pytest.fixture
+def own_temp_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temp dir for this test alone, as `tempfile` sees it here (pass it on as TMPDIR to a child).
+
+    For a test that kills an envhub process and then looks at the scratch areas it left: on a shared
+    host any envhub process sweeps a dead owner's areas from the common temp dir before its first
+    sandbox (`scratch.sweep_stale_scratch`), rightly, and once took them before the test looked."""
+    private = Path(tempfile.mkdtemp(prefix="envhub-own-"))  # short: under the real temp dir
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    yield private
+    shutil.rmtree(private, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -397,17 +396,11 @@ def e2b_double(monkeypatch: pytest.MonkeyPatch) -> Iterator[E2BDouble]:
 
 @pytest.fixture
 def killed_owner(
-    tmp_path: Path, e2b_double: E2BDouble, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, e2b_double: E2BDouble, own_temp_dir: Path
 ) -> Iterator[tuple[int, list[str], Path]]:
     """A process that opened sandboxes through the fleet (local while its quota of 2 lasts, then one
     container when an engine is here, then E2B), then was killed with SIGKILL: its pid, its providers,
-    its lease dir.
-
-    Its scratch areas and owner lease go to a temp dir of this test's own (TMPDIR there, `tempfile`'s
-    here): on a shared host any envhub process sweeps a dead owner's areas from the common one before its
-    first sandbox (`scratch.sweep_stale_scratch`), rightly, and once took them before the test looked."""
-    private = Path(tempfile.mkdtemp(prefix="envhub-fleet-"))  # short: under the real temp dir
-    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    its lease dir. Its scratch areas and owner lease are in `own_temp_dir`."""
     leases = tmp_path / "leases"
     providers: list[dict[str, Any]] = [{"name": "local", "max_concurrent": 2}]
     if _DOCKER_SKIP is None:
@@ -420,7 +413,7 @@ def killed_owner(
         **os.environ,
         "ENVHUB_FLEET": json.dumps(fleet_config),
         "PYTHONPATH": os.getcwd(),
-        "TMPDIR": str(private),
+        "TMPDIR": str(own_temp_dir),
     }
     proc = subprocess.Popen(
         [sys.executable, str(script), str(len(providers) + 1)], stdout=subprocess.PIPE, text=True, env=env
@@ -441,7 +434,6 @@ def killed_owner(
         # Whatever the test did not reap goes now, so a failure leaves nothing running.
         reap(find_orphans(LeaseBook(leases, 10), owners={proc.pid}), LeaseBook(leases, 10))
         wait_orphaned_children()
-        shutil.rmtree(private, ignore_errors=True)
 
 
 def test_the_reaper_reclaims_what_a_killed_owner_left(

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -262,18 +260,10 @@ async def test_parallel_writes_into_a_new_folder_all_succeed() -> None:
         assert listing.stdout.strip() == "40"
 
 
-def test_scratch_left_by_a_killed_process_is_swept_by_the_next_one() -> None:
-    """A host process SIGKILLed mid-sandbox cannot clean up; the next envhub process must. Both use a
-    temp dir of this test's own: on a shared host any envhub process may sweep the dead one's area from
-    the common one first (rightly), and the check that it was left would fail."""
-    private = tempfile.mkdtemp(prefix="envhub-sweep-")  # short: under the real temp dir
-    try:
-        check_the_next_process_sweeps({**os.environ, "TMPDIR": private})
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-
-
-def check_the_next_process_sweeps(env: dict[str, str]) -> None:
+def test_scratch_left_by_a_killed_process_is_swept_by_the_next_one(own_temp_dir: Path) -> None:
+    """A host process SIGKILLed mid-sandbox cannot clean up; the next envhub process must. Both use
+    `own_temp_dir`, where no other envhub process on the host sweeps first."""
+    env = {**os.environ, "TMPDIR": str(own_temp_dir)}
     code = (
         "import asyncio, os, envhub.sandbox as s\n"
         "async def main():\n"

@@ -100,11 +100,7 @@ def test_a_step_reuses_the_memory_the_last_one_freed(keep: bool) -> None:
     again on one thread: glibc unmaps each when it is freed and the next step faults it back in, one
     fault a page, unless `keep_freed_memory` made malloc keep it. Without it is the control: it shows
     the faults are counted where the check looks for them."""
-    done = subprocess.run(
-        [sys.executable, "-c", REUSE_CHECK.format(keep=keep)], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    first, *later = (int(n) for n in done.stdout.split())
+    first, *later = (int(n) for n in run_in_a_fresh_interpreter(REUSE_CHECK.format(keep=keep)).split())
     assert first > 300 * MIB // 4096, first  # the first round faults its ~330 MiB in, either way
     if keep:
         assert max(later) < first // 20, (first, later)
@@ -112,9 +108,11 @@ def test_a_step_reuses_the_memory_the_last_one_freed(keep: bool) -> None:
         assert min(later) > first // 2, (first, later)
 
 
-def run_in_a_fresh_interpreter(check: str) -> None:
+def run_in_a_fresh_interpreter(check: str) -> str:
+    """What `check` printed, once it ran to the end in a new Python process."""
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_free_pages_go_back_only_once_the_process_outgrows_its_steps() -> None:
@@ -145,8 +143,7 @@ assert memory.resident_bytes() < grown - 250 * MIB, (grown, memory.resident_byte
 
 def test_a_grown_process_gives_its_free_pages_back() -> None:
     """In a fresh interpreter, whose RSS the 300 MiB of holes make grow by half (the suite's would not)."""
-    done = subprocess.run([sys.executable, "-c", KEEPER_CHECK], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
+    run_in_a_fresh_interpreter(KEEPER_CHECK)
 
 
 class LongDigits(Digits):
