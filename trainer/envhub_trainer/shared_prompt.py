@@ -10,18 +10,21 @@ float rounding), about half the tokens through the model on bench-trl's task.
 
 The prompt is a sample's tokens before its first trained token: samples whose prompts are equal token
 for token share a row (a task's G episodes; later pieces of a split multi-turn episode carry their
-whole history as prompt and share only if that history is equal too). Attention is dense over the row,
-so a row stops taking samples at `ROW_TOKENS` tokens: past that, the quadratic mask and attention
-would cost more than the repeated prompt saves.
+whole history as prompt and share only if that history is equal too). The mask is dense over the row
+(and so is eager attention; SDPA runs `row_attention`, which scores only the keys it allows), so a row
+stops taking samples at `ROW_TOKENS` tokens: past that, the quadratic mask would cost more than the
+repeated prompt saves.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 
 from envhub_trainer.forward import Tokens, logits_at, token_logprobs
+from envhub_trainer.row_attention import row_layout, rows_attention
 from envhub_trainer.samples import TrainSample
 
 ROW_TOKENS = 4096
@@ -83,8 +86,11 @@ def shared_prompt_logprobs(
     behaviour = torch.zeros(shape)
     advantage = torch.zeros(shape)
     sequence = torch.full(shape, -1, dtype=torch.long)
+    prompts: list[int] = []
+    segments: list[tuple[int, int, int]] = []  # (row, start, length) of every continuation
     for r, row in enumerate(rows):
         prompt = prompt_length(samples[row[0]])
+        prompts.append(prompt)
         ids[r, :prompt] = torch.tensor(samples[row[0]].token_ids[:prompt])
         positions[r, :prompt] = torch.arange(prompt)
         allowed[r, :prompt, :prompt] = causal[:prompt, :prompt]
@@ -93,6 +99,8 @@ def shared_prompt_logprobs(
             sample = samples[i]
             n = len(sample.token_ids) - prompt
             end = start + n
+            if n:
+                segments.append((r, start, n))
             ids[r, start:end] = torch.tensor(sample.token_ids[prompt:])
             positions[r, start:end] = torch.arange(prompt, prompt + n)
             allowed[r, start:end, :prompt] = True  # the shared prompt
@@ -108,14 +116,19 @@ def shared_prompt_logprobs(
         allowed[r, start:, start:] = torch.eye(width - start, dtype=torch.bool)  # padding sees itself
         positions[r, start:] = torch.arange(width - start)
     device = next(model.parameters()).device
-    logits = logits_at(
-        model,
-        trained.nonzero()[:, 0],
-        predictor[trained],  # the prompt's last column predicts every continuation's first token
-        input_ids=ids.to(device),
-        position_ids=positions.to(device),
-        attention_mask=attention_mask(model, allowed).to(device),
-    )
+    mask = attention_mask(model, allowed).to(device)
+    by_rows = _implementation(model) == "sdpa" and bool(segments)
+    with (
+        rows_attention(model, row_layout(*shape, prompts, segments)) if by_rows else contextlib.nullcontext()
+    ):
+        logits = logits_at(
+            model,
+            trained.nonzero()[:, 0],
+            predictor[trained],  # the prompt's last column predicts every continuation's first token
+            input_ids=ids.to(device),
+            position_ids=positions.to(device),
+            attention_mask=mask,
+        )
     logprobs = token_logprobs(logits, ids[trained].to(device))
     return logprobs, Tokens(
         behaviour_logprobs=behaviour[trained].to(device),
@@ -126,7 +139,7 @@ def shared_prompt_logprobs(
 
 def attention_mask(model: Any, allowed: torch.Tensor) -> torch.Tensor:
     """The (rows, 1, query, key) mask the model's attention takes: boolean for SDPA, additive for eager."""
-    implementation = getattr(model.config, "_attn_implementation", None) or "eager"
+    implementation = _implementation(model)
     if implementation not in MASKED_ATTENTION:
         raise ValueError(
             f"shared-prompt rows need an attention that takes a 4-D mask ({', '.join(MASKED_ATTENTION)}), "
@@ -138,3 +151,7 @@ def attention_mask(model: Any, allowed: torch.Tensor) -> torch.Tensor:
     dtype = next(model.parameters()).dtype
     additive = torch.zeros(allowed.shape, dtype=dtype)
     return additive.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+
+
+def _implementation(model: Any) -> str:
+    return getattr(model.config, "_attn_implementation", None) or "eager"

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from envhub_trainer import row_attention
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.forward import micro_batch_logprobs
 from envhub_trainer.grpo import micro_batches, train_step
@@ -120,6 +121,27 @@ def test_a_step_with_shared_prompts_updates_the_same_weights(tiny_model: Path) -
     assert all(torch.allclose(padded[k], shared[k], atol=1e-10) for k in padded)
     embedding = "model.embed_tokens.weight"
     assert not torch.equal(shared[embedding], base.state_dict()[embedding])
+
+
+def test_the_model_runs_shared_prompt_rows_through_row_attention(
+    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lm = model(tiny_model, "sdpa")
+    calls: list[tuple[int, ...]] = []
+    real = row_attention.attend_rows
+
+    def counted(query: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(tuple(query.shape))
+        return real(query, *args, **kwargs)
+
+    monkeypatch.setattr(row_attention, "attend_rows", counted)
+    batch = groups(turns=2)
+    rows = shared_rows(batch, list(range(len(batch))), per_row=4)
+    logprobs, _ = shared_prompt_logprobs(lm, batch, rows)
+    assert len(calls) == lm.config.num_hidden_layers  # every layer, once
+    assert lm.config._attn_implementation == "sdpa"  # put back after the forward
+    logprobs.sum().backward()  # type: ignore[no-untyped-call]  # the backward runs outside the block
+    assert all(p.grad is not None for p in lm.model.layers[0].self_attn.parameters())
 
 
 def test_micro_batches_hold_at_most_micro_batch_size_samples() -> None:
