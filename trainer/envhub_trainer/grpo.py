@@ -52,6 +52,7 @@ from envhub_trainer.loss import (
     shaped_rewards,
 )
 from envhub_trainer.metrics import EvalMetrics, StepMetrics
+from envhub_trainer.rms_norm import fused_norms
 from envhub_trainer.run_folder import Run, eval_folder, load_checkpoint, save_checkpoint, step_folder
 from envhub_trainer.samples import TrainSample, episode_samples
 from envhub_trainer.shared_prompt import row_width, shared_prompt_logprobs, shared_rows
@@ -266,7 +267,8 @@ def train_step(
     one process training on all the samples.
 
     Alone (not distributed), each micro-batch's weight gradients are added into `.grad` by the GEMMs
-    that compute them (`grad_accumulation.py`): the same sums without a separate pass per micro-batch."""
+    that compute them (`grad_accumulation.py`): the same sums without a separate pass per micro-batch;
+    and RMSNorms run a hand-derived backward (`rms_norm.py`)."""
     trained = [s for s in samples if any(s.loss_mask[1:])]
     tokens, sequences = distributed.global_lengths([sum(s.loss_mask[1:]) for s in trained])
     scale = distributed.world_size()  # FSDP2 / DDP average gradients over ranks; the loss wants their sum
@@ -277,7 +279,7 @@ def train_step(
     stats, total = LossStats(), 0.0
     batches = micro_batches(trained, config)
     forwards = distributed.global_max(len(batches))  # before any forward: collectives run in one order
-    with fused_accumulation(model, enabled=fused):
+    with fused_accumulation(model, enabled=fused), fused_norms(model, enabled=fused):
         forward = shared_prompt_logprobs if sharing_prompts(config) else micro_batch_logprobs
         for rows in batches:
             logprobs, tokens_of = forward(model, trained, rows, pad_id)
