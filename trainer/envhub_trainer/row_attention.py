@@ -57,9 +57,16 @@ class RowLayout:
     """Where each of `written` lies in the continuation pass's flattened (segment, token) output."""
 
 
-def row_layout(rows: int, width: int, prompts: list[int], segments: list[tuple[int, int, int]]) -> RowLayout:
-    """The layout of `rows` rows `width` wide: row r's prompt is its first `prompts[r]` tokens, and each
-    (row, start, length) of `segments` is a continuation that sees that prompt and itself causally."""
+def row_layout(
+    rows: int,
+    width: int,
+    prompts: list[int],
+    segments: list[tuple[int, int, int]],
+    device: torch.device | str = "cpu",
+) -> RowLayout:
+    """The layout of `rows` rows `width` wide, its tensors on `device`: row r's prompt is its first
+    `prompts[r]` tokens, and each (row, start, length) of `segments` is a continuation that sees that
+    prompt and itself causally."""
     prompt = max(prompts)
     longest = max((length for _, _, length in segments), default=1)
     causal = torch.ones((max(prompt, longest), max(prompt, longest)), dtype=torch.bool).tril()
@@ -87,12 +94,12 @@ def row_layout(rows: int, width: int, prompts: list[int], segments: list[tuple[i
         rows=rows,
         width=width,
         prompt=prompt,
-        prompt_mask=prompt_mask,
-        queries=queries,
-        keys=keys,
-        continuation_mask=continuation_mask,
-        written=torch.cat(written) if written else torch.zeros(0, dtype=torch.long),
-        taken=torch.cat(taken) if taken else torch.zeros(0, dtype=torch.long),
+        prompt_mask=None if prompt_mask is None else prompt_mask.to(device),
+        queries=queries.to(device),
+        keys=keys.to(device),
+        continuation_mask=continuation_mask.to(device),
+        written=(torch.cat(written) if written else torch.zeros(0, dtype=torch.long)).to(device),
+        taken=(torch.cat(taken) if taken else torch.zeros(0, dtype=torch.long)).to(device),
     )
 
 
@@ -101,12 +108,12 @@ _layout: contextvars.ContextVar[RowLayout | None] = contextvars.ContextVar("envh
 
 @contextlib.contextmanager
 def rows_attention(model: Any, layout: RowLayout) -> Iterator[None]:
-    """Within the block, `model`'s attention over a batch shaped as `layout` runs `attend_rows`."""
+    """Within the block, `model`'s attention over a batch shaped as `layout` (on the model's device)
+    runs `attend_rows`."""
     _register()
     config = model.config
     before = config._attn_implementation
-    device = next(model.parameters()).device
-    token = _layout.set(_on(layout, device))
+    token = _layout.set(layout)
     config._attn_implementation = ATTENTION
     try:
         yield
@@ -182,23 +189,6 @@ def _attention(
 _PLAIN = {"position_ids", "is_causal", "use_cache", "cache_position", "output_attentions"}
 """Keyword arguments that leave attention plain softmax(q k^T scale + mask) v. Any other one set (a
 sliding window, a logit soft cap, attention sinks, a position bias) runs HF's SDPA path as it would."""
-
-
-def _on(layout: RowLayout, device: torch.device) -> RowLayout:
-    def moved(t: torch.Tensor | None) -> Any:
-        return None if t is None else t.to(device)
-
-    return RowLayout(
-        rows=layout.rows,
-        width=layout.width,
-        prompt=layout.prompt,
-        prompt_mask=moved(layout.prompt_mask),
-        queries=moved(layout.queries),
-        keys=moved(layout.keys),
-        continuation_mask=moved(layout.continuation_mask),
-        written=moved(layout.written),
-        taken=moved(layout.taken),
-    )
 
 
 @functools.cache

@@ -119,7 +119,9 @@ def shared_prompt_logprobs(
     mask = attention_mask(model, allowed).to(device)
     by_rows = _implementation(model) == "sdpa" and bool(segments)
     with (
-        rows_attention(model, row_layout(*shape, prompts, segments)) if by_rows else contextlib.nullcontext()
+        rows_attention(model, row_layout(*shape, prompts, segments, device))
+        if by_rows
+        else contextlib.nullcontext()
     ):
         logits = logits_at(
             model,
