@@ -24,6 +24,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from envhub_trainer.replaced_forwards import replaceable, replaced_forwards
+
 
 class _Gradients:
     """Writes weight gradients into `.grad`. A gradient left from the step before is stale: the step's
@@ -156,15 +158,13 @@ def fused_accumulation(model: Any, *, enabled: bool = True) -> Iterator[bool]:
         yield False
         return
     grads = _Gradients()
-    patched: list[nn.Module] = []
-    for module in model.modules():
-        if not _plain(module) or "forward" in vars(module):
-            continue
-        if isinstance(module, nn.Linear):
-            module.forward = _linear_forward(module, grads)  # type: ignore[method-assign]
-        else:
-            module.forward = _embedding_forward(module, grads)  # type: ignore[arg-type]
-        patched.append(module)
+    patched = {
+        module: _linear_forward(module, grads)
+        if isinstance(module, nn.Linear)
+        else _embedding_forward(module, grads)  # type: ignore[arg-type]
+        for module in model.modules()
+        if _plain(module) and replaceable(module)
+    }
     shared = {id(p) for m in model.modules() if m not in patched for p in m.parameters(recurse=False)}
     kept = {id(p): p for m in patched for p in m.parameters(recurse=False) if id(p) not in shared}
     for parameter in model.parameters():
@@ -173,9 +173,8 @@ def fused_accumulation(model: Any, *, enabled: bool = True) -> Iterator[bool]:
         else:
             parameter.grad = None
     try:
-        yield True
+        with replaced_forwards(patched):
+            yield True
     finally:
-        for module in patched:
-            del module.forward
         for key in grads.stale:  # never written this step: no gradient, as after zero_grad()
             kept[key].grad = None

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from envhub_trainer.replaced_forwards import replaceable, replaced_forwards
+
 _VERDICTS: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
 """Whether each module seen so far computes the RMSNorm formula (its probe's result)."""
 
@@ -91,18 +93,15 @@ def behaves_as_rms_norm(module: nn.Module) -> bool:
 @contextlib.contextmanager
 def fused_norms(model: Any, *, enabled: bool = True) -> Iterator[int]:
     """Within the block the model's RMSNorm modules run `_RMSNorm`; yields how many do."""
-    patched: list[nn.Module] = []
+    forwards: dict[nn.Module, Any] = {}
     if enabled and isinstance(model, nn.Module):
-        for module in model.modules():
-            if "forward" not in vars(module) and behaves_as_rms_norm(module):
-                eps = _epsilon(module)
-                module.forward = _forward(module, eps)
-                patched.append(module)
-    try:
-        yield len(patched)
-    finally:
-        for module in patched:
-            del module.forward
+        forwards = {
+            module: _forward(module, _epsilon(module))
+            for module in model.modules()
+            if replaceable(module) and behaves_as_rms_norm(module)
+        }
+    with replaced_forwards(forwards):
+        yield len(forwards)
 
 
 def _forward(module: nn.Module, eps: float | None) -> Any:

@@ -77,8 +77,6 @@ def shared_prompt_logprobs(
     shape = (len(rows), width)
     ids = torch.full(shape, pad_id, dtype=torch.long)
     positions = torch.zeros(shape, dtype=torch.long)
-    allowed = torch.zeros((len(rows), width, width), dtype=torch.bool)
-    causal = torch.ones((width, width), dtype=torch.bool).tril()
     # By each continuation token's column: whether it is trained, the column whose logits predict it,
     # and what the loss needs of it.
     trained = torch.zeros(shape, dtype=torch.bool)
@@ -93,7 +91,6 @@ def shared_prompt_logprobs(
         prompts.append(prompt)
         ids[r, :prompt] = torch.tensor(samples[row[0]].token_ids[:prompt])
         positions[r, :prompt] = torch.arange(prompt)
-        allowed[r, :prompt, :prompt] = causal[:prompt, :prompt]
         start = prompt
         for i in row:
             sample = samples[i]
@@ -103,8 +100,6 @@ def shared_prompt_logprobs(
                 segments.append((r, start, n))
             ids[r, start:end] = torch.tensor(sample.token_ids[prompt:])
             positions[r, start:end] = torch.arange(prompt, prompt + n)
-            allowed[r, start:end, :prompt] = True  # the shared prompt
-            allowed[r, start:end, start:end] = causal[:n, :n]  # its own tokens, causally
             trained[r, start:end] = torch.tensor(sample.loss_mask[prompt:], dtype=torch.bool)
             # a token is predicted at the column before it: the prompt's last for the first one
             predictor[r, start:end] = torch.arange(start - 1, end - 1)
@@ -113,10 +108,9 @@ def shared_prompt_logprobs(
             advantage[r, start:end] = sample.advantage
             sequence[r, start:end] = i
             start = end
-        allowed[r, start:, start:] = torch.eye(width - start, dtype=torch.bool)  # padding sees itself
         positions[r, start:] = torch.arange(width - start)
     device = next(model.parameters()).device
-    mask = attention_mask(model, allowed).to(device)
+    mask = attention_mask(model, row_mask(*shape, prompts, segments)).to(device)
     by_rows = _implementation(model) == "sdpa" and bool(segments)
     with (
         rows_attention(model, row_layout(*shape, prompts, segments, device))
@@ -137,6 +131,24 @@ def shared_prompt_logprobs(
         advantages=advantage[trained].to(device),
         sequence_ids=sequence[trained].to(device),
     )
+
+
+def row_mask(rows: int, width: int, prompts: list[int], segments: list[tuple[int, int, int]]) -> torch.Tensor:
+    """Which keys each query may see, (rows, query, key): a prompt causally over itself, a continuation
+    (row, start, length) over its prompt and its own tokens causally, padding over itself alone (so no
+    softmax row is empty)."""
+    allowed = torch.zeros((rows, width, width), dtype=torch.bool)
+    causal = torch.ones((width, width), dtype=torch.bool).tril()
+    used = list(prompts)
+    for r, prompt in enumerate(prompts):
+        allowed[r, :prompt, :prompt] = causal[:prompt, :prompt]
+    for r, start, n in segments:
+        allowed[r, start : start + n, : prompts[r]] = True
+        allowed[r, start : start + n, start : start + n] = causal[:n, :n]
+        used[r] = max(used[r], start + n)
+    for r, end in enumerate(used):
+        allowed[r, end:, end:] = torch.eye(width - end, dtype=torch.bool)
+    return allowed
 
 
 def attention_mask(model: Any, allowed: torch.Tensor) -> torch.Tensor:

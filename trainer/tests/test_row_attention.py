@@ -5,24 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from envhub_trainer.row_attention import attend_rows, row_layout
+from envhub_trainer.shared_prompt import row_mask
 from torch.nn import functional as F
-
-
-def dense_mask(
-    rows: int, width: int, prompts: list[int], segments: list[tuple[int, int, int]]
-) -> torch.Tensor:
-    """The mask `shared_prompt` gives SDPA: prompt causal, a continuation sees its prompt and itself."""
-    allowed = torch.zeros((rows, width, width), dtype=torch.bool)
-    for r, p in enumerate(prompts):
-        allowed[r, :p, :p] = torch.ones((p, p), dtype=torch.bool).tril()
-    used = list(prompts)
-    for r, start, n in segments:
-        allowed[r, start : start + n, : prompts[r]] = True
-        allowed[r, start : start + n, start : start + n] = torch.ones((n, n), dtype=torch.bool).tril()
-        used[r] = max(used[r], start + n)
-    for r, end in enumerate(used):
-        allowed[r, end:, end:] = torch.eye(width - end, dtype=torch.bool)
-    return allowed[:, None]
 
 
 @pytest.mark.parametrize(
@@ -45,7 +29,7 @@ def test_rows_attend_as_dense_sdpa_under_the_mask(prompts: list[int], lengths: l
     q = torch.randn(rows, heads, width, dim, dtype=torch.float64, requires_grad=True)
     k = torch.randn(rows, kv_heads, width, dim, dtype=torch.float64, requires_grad=True)
     v = torch.randn(rows, kv_heads, width, dim, dtype=torch.float64, requires_grad=True)
-    mask = dense_mask(rows, width, prompts, segments)
+    mask = row_mask(rows, width, prompts, segments)[:, None]
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2)
     got = attend_rows(q, k, v, row_layout(rows, width, prompts, segments), scale=None)
     real = torch.zeros((rows, width), dtype=torch.bool)  # padding's output is nobody's input

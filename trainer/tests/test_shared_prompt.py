@@ -14,7 +14,7 @@ from envhub_trainer.config import TrainConfig
 from envhub_trainer.forward import micro_batch_logprobs
 from envhub_trainer.grpo import micro_batches, train_step
 from envhub_trainer.samples import TrainSample
-from envhub_trainer.shared_prompt import ROW_TOKENS, row_width, shared_prompt_logprobs, shared_rows
+from envhub_trainer.shared_prompt import ROW_TOKENS, row_mask, row_width, shared_prompt_logprobs, shared_rows
 from envhub_trainer.shares import split
 from transformers import AutoModelForCausalLM
 
@@ -173,3 +173,16 @@ def test_data_parallel_shares_keep_a_prompts_samples_on_one_rank() -> None:
     assert first and second  # both ranks train
     first, second = split(batch, 2, share_prompts=False)  # a sample at a time, as before
     assert tasks_on(first) & tasks_on(second)  # cuts tasks across ranks: the control
+
+
+def test_row_mask_lets_a_continuation_see_its_prompt_and_itself_only() -> None:
+    # one row: a prompt of 2, continuations of 2 and 1, one column of padding
+    allowed = row_mask(1, 6, [2], [(0, 2, 2), (0, 4, 1)])[0].int().tolist()
+    assert allowed == [
+        [1, 0, 0, 0, 0, 0],  # prompt, causal
+        [1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 0, 0, 0],  # first continuation: the prompt, then itself causally
+        [1, 1, 1, 1, 0, 0],
+        [1, 1, 0, 0, 1, 0],  # second: the prompt and itself, never the first
+        [0, 0, 0, 0, 0, 1],  # padding sees itself alone
+    ]
