@@ -113,6 +113,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    memory.huge_pages_for_tensors()  # as the trainer's process does, before any large tensor
     if args.with_vllm:
         from envhub_trainer.vllm_engine import VLLMEngine
 

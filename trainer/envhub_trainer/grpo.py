@@ -406,6 +406,7 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
     resume = (run.checkpoint / "state.json").exists()
     source = run.checkpoint / "model" if resume else config.model
     memory.keep_freed_memory()  # a step reuses the last one's memory instead of faulting it back in
+    memory.huge_pages_for_tensors()  # before the model's weights: fewer TLB misses in every GEMM
     # every tensor op of the run on the process's tensor thread: one OpenMP team, one malloc arena
     model, ref_model, optimiser, state = await to_tensor_thread(_load_model, config, run, source, resume)
     weights = await to_tensor_thread(distributed.full_state_dict, model)

@@ -108,6 +108,34 @@ def test_a_step_reuses_the_memory_the_last_one_freed(keep: bool) -> None:
         assert min(later) > first // 2, (first, later)
 
 
+HUGE_PAGES_CHECK = """
+import os
+import torch
+from envhub_trainer import memory
+if {late}:
+    early = torch.ones(8 * 2**20, dtype=torch.uint8)  # a large tensor before the call: too late
+verdict = memory.huge_pages_for_tensors()
+assert "THP_MEM_ALLOC_ENABLE" not in os.environ  # removed again: no child process inherits it
+weights = torch.ones(64 * 2**20, dtype=torch.uint8)
+small = torch.ones(1024, dtype=torch.uint8)
+print(verdict, memory._huge_page_eligible(weights.data_ptr()), memory._huge_page_eligible(small.data_ptr()))
+"""
+_THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+@pytest.mark.skipif(
+    not _THP_MODE.exists() or "[never]" in _THP_MODE.read_text(),
+    reason="this kernel has transparent huge pages off (/sys/kernel/mm/transparent_hugepage/enabled)",
+)
+@pytest.mark.parametrize("late", [False, True])
+def test_large_tensors_get_huge_pages_when_asked_before_the_first(late: bool) -> None:
+    """The kernel's own word (THPeligible of the tensor's mapping) on a large tensor allocated after the
+    call: huge pages when the call came first, none when a large tensor came before it, and the verdict
+    says which. A small tensor stays in malloc's ordinary pages either way."""
+    verdict, weights, small = run_in_a_fresh_interpreter(HUGE_PAGES_CHECK.format(late=late)).split()
+    assert (verdict, weights, small) == (("False", "False", "False") if late else ("True", "True", "False"))
+
+
 def run_in_a_fresh_interpreter(check: str) -> str:
     """What `check` printed, once it ran to the end in a new Python process."""
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
