@@ -28,6 +28,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -405,10 +406,12 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
         (run.directory / "config.json").write_text(config.model_dump_json(indent=2, by_alias=True))
     resume = (run.checkpoint / "state.json").exists()
     source = run.checkpoint / "model" if resume else config.model
-    memory.keep_freed_memory()  # a step reuses the last one's memory instead of faulting it back in
-    memory.huge_pages_for_tensors()  # before the model's weights: fewer TLB misses in every GEMM
+    kept = memory.keep_freed_memory()  # a step reuses the last one's memory instead of faulting it back in
+    huge = memory.huge_pages_for_tensors()  # before the model's weights: fewer TLB misses in every GEMM
     # every tensor op of the run on the process's tensor thread: one OpenMP team, one malloc arena
     model, ref_model, optimiser, state = await to_tensor_thread(_load_model, config, run, source, resume)
+    if distributed.rank() == 0:
+        run.log("runtime.jsonl", _runtime_row(state.get("step") if resume else None, kept, huge))
     weights = await to_tensor_thread(distributed.full_state_dict, model)
     if distributed.rank() != 0:
         await to_tensor_thread(follow, model, optimiser, config, ref_model)  # nothing else runs on this rank
@@ -418,6 +421,19 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
         return await lead.loop(source, on_step)
     finally:
         lead.close()
+
+
+def _runtime_row(resumed_from: int | None, kept_freed_memory: bool, huge_pages: bool) -> dict[str, Any]:
+    """What this process runs the steps with that the config does not say, and that moves a step's
+    speed: a run that got no huge pages (a large tensor came first) is slower, and its folder says why."""
+    return {
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "resumed_from_step": resumed_from,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "kept_freed_memory": kept_freed_memory,
+        "huge_pages": huge_pages,
+    }
 
 
 def _load_model(

@@ -3,6 +3,7 @@
     RUN/config.json              the config the run was started with
     RUN/metrics.jsonl            one row per step (and the evaluations), read by `envhub report`
     RUN/samples.jsonl            a few episodes per step, as text, for the report
+    RUN/runtime.jsonl            one row per start (resumes too): huge pages, malloc, threads, torch
     RUN/checkpoint/              model, optimiser, RNG states, data position (replaced atomically)
     RUN/episodes/step-0003/      the episodes step 3 trained on: a batch folder `envhub show` opens
     RUN/episodes/eval-step-0005/ the greedy held-out episodes of the evaluation after step 5

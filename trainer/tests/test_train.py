@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from envhub_trainer import memory
 from envhub_trainer.config import TrainConfig
 from envhub_trainer.engine import weights_checksum
 from envhub_trainer.grpo import train
@@ -46,6 +47,13 @@ def test_resume_continues_the_same_curve(tiny_model: Path, tmp_path: Path) -> No
     assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in whole[2:]], rel=1e-4, abs=1e-6)
     logged = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in logged] == [1, 2, 3, 4]
+    # one row per start, which keeps what moved its speed: the second says where it picked up
+    starts = [json.loads(line) for line in (tmp_path / "split" / "runtime.jsonl").read_text().splitlines()]
+    assert [s["resumed_from_step"] for s in starts] == [None, 2]
+    # PyTorch decides huge pages once a process: a large tensor now gets what the record says the run got
+    now = memory._huge_page_eligible(torch.empty(4 * 2**20, dtype=torch.uint8).data_ptr())
+    assert [s["huge_pages"] for s in starts] == [now, now]
+    assert all(s["torch_threads"] == torch.get_num_threads() for s in starts)
 
 
 def test_async_trains_one_version_behind(tiny_model: Path, tmp_path: Path) -> None:
