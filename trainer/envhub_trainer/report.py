@@ -15,8 +15,9 @@ from typing import Any
 from envhub_trainer.metrics import EvalMetrics, StepMetrics, read_metrics, steps
 
 
-def _samples(path: Path) -> list[dict[str, Any]]:
-    """samples.jsonl's episodes; a half-written last line (a run in progress) is skipped."""
+def _rows(path: Path) -> list[dict[str, Any]]:
+    """A JSON-lines file's rows (samples.jsonl, runtime.jsonl); a half-written last line (a run in
+    progress) is skipped."""
     rows = []
     if path.exists():
         for line in path.read_text().splitlines():
@@ -78,6 +79,27 @@ def _memory_summary(trained: list[StepMetrics]) -> str:
         f"; step {last_step} {last - first:+.2f} GiB against step {first_step}" if len(recorded) > 1 else ""
     )
     return f"Peak RSS: {top:.2f} GiB at step {step}{change}."
+
+
+def _process_summary(starts: list[dict[str, Any]]) -> str:
+    """What each start of the run's process ran with (runtime.jsonl): a run slower than another may owe
+    it to its process (no huge pages, fewer threads) rather than to its code or config."""
+    if not starts:
+        return "The process: not recorded by this run."
+    said = []
+    for row in starts:
+        resumed = row["resumed_from_step"]
+        how = "started" if resumed is None else f"resumed at step {resumed}"
+        said.append(
+            f"{how} {row['started_at']}: torch {row['torch']}, {row['torch_threads']} threads,"
+            f" huge pages for large tensors {_yes(row['huge_pages'])},"
+            f" freed memory kept {_yes(row['kept_freed_memory'])}"
+        )
+    return html.escape("The process: " + "; ".join(said) + ".")
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
 
 
 def _time_split(trained: list[StepMetrics]) -> tuple[str, float]:
@@ -157,7 +179,7 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     trained = steps(metrics)
 
     breakdown, rollout_wait = _time_split(trained)
-    episodes = _episodes(_samples(run_dir / "samples.jsonl"))
+    episodes = _episodes(_rows(run_dir / "samples.jsonl"))
     config = (run_dir / "config.json").read_text() if (run_dir / "config.json").exists() else "{}"
     latest = trained[-1] if trained else None
     progress = (
@@ -176,6 +198,7 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     }. The page reads the files as they are: reload it while the run goes on.</p>
 {_charts(trained, metrics)}
 <p>{_memory_summary(trained)}</p>
+<p>{_process_summary(_rows(run_dir / "runtime.jsonl"))}</p>
 <h3>Where the time went</h3><table>{breakdown}</table>
 <p>Waiting for rollouts (async runs overlap them with training): {rollout_wait:.1f} s</p>
 <h3>Sample episodes (latest 20)</h3>{episodes or "<p>none yet</p>"}

@@ -9,6 +9,7 @@ reply) so that growth would show.
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -215,3 +216,8 @@ def test_a_runs_peak_rss_is_logged_and_flat_from_step_to_step(tmp_path: Path) ->
     assert "Memory (GiB)" in page
     top = max(range(len(rows)), key=lambda i: rows[i]["peak_rss_gib"])
     assert f"Peak RSS: {rows[top]['peak_rss_gib']:.2f} GiB at step {rows[top]['step']}" in page
+    # the page says what the process ran with, as the run folder recorded it
+    (start,) = [json.loads(line) for line in (run_dir / "runtime.jsonl").read_text().splitlines()]
+    huge, kept = ("yes" if start[flag] else "no" for flag in ("huge_pages", "kept_freed_memory"))
+    assert f"The process: started {start['started_at']}: torch {start['torch']}," in page
+    assert f"huge pages for large tensors {huge}, freed memory kept {kept}." in page
