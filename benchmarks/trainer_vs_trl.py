@@ -14,10 +14,10 @@ fails at its first weight sync). On CUDA both generate with vLLM (TRL in colocat
 Printed: seconds per step (mean over the steps after the first, and the first), generation and training
 tokens/s, reward and peak RSS per step and peak RSS of both; our steps/s over TRL's against the 1.5x goal;
 our training time per step against its compute bound (the step's forward+backward FLOPs over the matmul
-FLOP/s of the model's own GEMM shapes, measured after each round), both for the samples' tokens and per
-token the step ran through the model (padding excluded: the 1.5x goal; and with it); and our peak RSS
-against TRL's plus what building our vLLM engine added (its weights, KV cache and runtime), and whether
-it stays flat from step to step. Every row goes to --out.
+FLOP/s of the model's own GEMM shapes, the fastest of three measurements after each round), both for the
+samples' tokens and per token the step ran through the model (padding excluded: the 1.5x goal; and with
+it); and our peak RSS against TRL's plus what building our vLLM engine added (its weights, KV cache and
+runtime), and whether it stays flat from step to step. Every row goes to --out.
 
 `--rounds N` (3 by default) runs the pair N times, alternating which goes first, prints each round's
 tables, then each ratio per round with its median and spread (min-max), and judges the goals on the
@@ -61,6 +61,10 @@ EPS_LOW, EPS_HIGH, IS_CAP, MAX_GRAD_NORM = 0.2, 0.28, 2.0, 1.0
 SPEEDUP_GOAL = 1.5  # our steps/s at least this times TRL's
 BOUND_GOAL = 1.3  # our training time per step at most this times the compute bound of its samples
 TOKEN_BOUND_GOAL = 1.5  # ... and at most this times the bound of the tokens it ran (padding excluded)
+MATMUL_SAMPLES = 3
+"""Matmul rate measurements after each round, the fastest kept: on a shared host one measurement can land
+in a slow minute (rates of 99-131 GFLOP/s in one run, 164 in another an hour before) and make the bound
+lenient."""
 NAMES = {"envhub": "envhub (vLLM engine)", "trl": "TRL GRPOTrainer"}
 
 
@@ -856,7 +860,10 @@ def main() -> None:
         measured = [StepRow(**r) for run in runs.values() if run is not None for r in run["rows"]]
         mean_length = sum(r.sequence_tokens for r in measured) / max(sum(r.sequences for r in measured), 1)
         tokens = MICRO_BATCH * max(round(mean_length), 1)  # rows of one micro-batch
-        flops = matmul_flops_per_second(shape, tokens, args.device, args.dtype)  # this round's host speed
+        rates = [
+            matmul_flops_per_second(shape, tokens, args.device, args.dtype) for _ in range(MATMUL_SAMPLES)
+        ]
+        flops = max(rates)  # this round's host speed
         heading = f"round {number} of {args.rounds}: " if args.rounds > 1 else ""
         summary = show(args, runs, shape, flops, heading, with_mapping=number == 1)
         rounds.append(
@@ -864,6 +871,7 @@ def main() -> None:
                 "round": number,
                 "order": order,
                 "matmul_flops_per_second": flops,
+                "matmul_samples": rates,
                 "matmul_tokens": tokens,
                 "runs": runs,
                 "summary": summary,
