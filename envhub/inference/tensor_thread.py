@@ -16,6 +16,11 @@ One thread, for two reasons, both measured on `make bench-trl`'s trainer (2 core
 A call made on the tensor thread itself runs in place (a submit would wait on itself). Work from
 different callers takes turns: an asynchronous trainer's generation waits for its training step, and
 the reverse, which on a CPU is what two jobs that each want every core should do anyway.
+
+Each call carries its caller's torch thread count over. PyTorch keeps that count per thread (OpenMP's
+is each thread's own) and a thread takes the process's setting only when it first runs tensor work, so
+a `torch.set_num_threads` made after the tensor thread started would otherwise never reach the thread
+where the work runs.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import asyncio
 import concurrent.futures
 import functools
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
@@ -51,7 +57,11 @@ def submit_to_tensor_thread(
 ) -> concurrent.futures.Future[T]:
     """`fn`'s future, for a caller that waits with a timeout; on the tensor thread, already done."""
     if not is_tensor_thread():
-        return _tensor_executor().submit(functools.partial(fn, *args, **kwargs))
+        call = functools.partial(fn, *args, **kwargs)
+        threads = _torch_threads()
+        if threads is not None:
+            call = functools.partial(_with_torch_threads, threads, call)
+        return _tensor_executor().submit(call)
     done: concurrent.futures.Future[T] = concurrent.futures.Future()
     try:
         done.set_result(fn(*args, **kwargs))
@@ -72,6 +82,20 @@ def _tensor_executor() -> concurrent.futures.ThreadPoolExecutor:
                 max_workers=1, thread_name_prefix="envhub-tensors", initializer=_mark
             )
         return _executor
+
+
+def _torch_threads() -> int | None:
+    """The calling thread's torch thread count, where torch is loaded; envhub itself does not need it."""
+    torch = sys.modules.get("torch")
+    get = getattr(torch, "get_num_threads", None)  # None too while torch is half imported
+    return int(get()) if get is not None else None
+
+
+def _with_torch_threads(threads: int, call: Callable[[], T]) -> T:
+    torch = sys.modules["torch"]
+    if torch.get_num_threads() != threads:  # a change resizes the OpenMP team: only when asked
+        torch.set_num_threads(threads)
+    return call()
 
 
 def _mark() -> None:

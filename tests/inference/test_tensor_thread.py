@@ -46,6 +46,22 @@ def test_an_error_reaches_the_caller_from_the_thread_and_in_place() -> None:
     assert on_tensor_thread(lambda: 7) == 7  # the thread goes on after a failure
 
 
+def test_a_torch_thread_count_set_after_the_thread_started_reaches_it_from_every_caller() -> None:
+    torch = pytest.importorskip("torch", reason="the thread count to carry is torch's")
+    before = torch.get_num_threads()
+    on_tensor_thread(torch.get_num_threads)  # the thread has started and holds its own count
+    try:
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            assert on_tensor_thread(torch.get_num_threads) == threads
+            assert asyncio.run(to_tensor_thread(torch.get_num_threads)) == threads
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as other:  # a new thread takes it too
+                assert other.submit(on_tensor_thread, torch.get_num_threads).result() == threads
+    finally:
+        torch.set_num_threads(before)
+    assert on_tensor_thread(torch.get_num_threads) == before
+
+
 async def test_the_event_loop_goes_on_while_the_tensor_thread_works() -> None:
     released = threading.Event()
 

@@ -33,7 +33,6 @@ from envhub_trainer.grpo import train
 from transformers import AutoModelForCausalLM
 
 import envhub
-from envhub.inference.tensor_thread import on_tensor_thread
 from envhub.rollout.ray_runner import RayWorkerLost
 from envhub.store import read_episodes
 from tests.envhub_testkit.processes import ray_actor_pids
@@ -105,14 +104,12 @@ def test_importing_the_trainer_does_not_import_ray() -> None:
 def one_torch_thread() -> Iterator[None]:
     """Ray starts actors with OMP_NUM_THREADS=1, so the engine actor's torch uses one thread; the driver
     must too for bit-equal runs, since the thread count changes float rounding (by ~1e-7 here). The
-    driver's tensor ops run on the process's tensor thread, which an earlier test may have started: an
-    OpenMP thread count is each thread's own, so it is set there as well as here."""
+    driver's tensor ops run on the process's tensor thread, which an earlier test may have started with
+    two: each call there carries this thread's count over (`tensor_thread`), which this test relies on."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    on_tensor_thread(torch.set_num_threads, 1)
     yield
     torch.set_num_threads(threads)
-    on_tensor_thread(torch.set_num_threads, threads)
 
 
 @pytest.mark.slow
