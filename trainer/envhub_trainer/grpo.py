@@ -411,9 +411,8 @@ async def _train(config: TrainConfig, on_step: Callable[[dict[str, Any]], None])
     # every tensor op of the run on the process's tensor thread: one OpenMP team, one malloc arena
     model, ref_model, optimiser, state = await to_tensor_thread(_load_model, config, run, source, resume)
     if distributed.rank() == 0:
-        # read where the steps run: an OpenMP thread count is each thread's own
-        row = await to_tensor_thread(_runtime_row, state.get("step") if resume else None, kept, huge)
-        run.log("runtime.jsonl", row)
+        # this thread's torch thread count is the steps' too: each tensor-thread call carries it over
+        run.log("runtime.jsonl", _runtime_row(state.get("step") if resume else None, kept, huge))
     weights = await to_tensor_thread(distributed.full_state_dict, model)
     if distributed.rank() != 0:
         await to_tensor_thread(follow, model, optimiser, config, ref_model)  # nothing else runs on this rank

@@ -19,7 +19,6 @@ from transformers import AutoModelForCausalLM
 
 import envhub
 from envhub.core import InfrastructureError
-from envhub.inference.tensor_thread import on_tensor_thread
 
 
 def test_grpo_raises_the_reward_and_updates_the_engine(tiny_model: Path, tmp_path: Path) -> None:
@@ -54,7 +53,7 @@ def test_resume_continues_the_same_curve(tiny_model: Path, tmp_path: Path) -> No
     # PyTorch decides huge pages once a process: a large tensor now gets what the record says the run got
     now = memory._huge_page_eligible(torch.empty(4 * 2**20, dtype=torch.uint8).data_ptr())
     assert [s["huge_pages"] for s in starts] == [now, now]
-    assert all(s["torch_threads"] == on_tensor_thread(torch.get_num_threads) for s in starts)  # the steps'
+    assert all(s["torch_threads"] == torch.get_num_threads() for s in starts)
 
 
 def test_async_trains_one_version_behind(tiny_model: Path, tmp_path: Path) -> None:
