@@ -158,9 +158,17 @@ class Registry:
         if self._discovered or not self._discover:
             return
         self._discovered = True
+        # A distribution's name and version parse its METADATA file on every access, and one package
+        # declares hundreds of ids (envs/*: 496 entry points in 12 packages): read once per package.
+        packages: dict[int, tuple[str, str | None]] = {}
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
             dist = ep.dist
-            package = dist.name if dist else "unknown distribution"
+            if dist is None:
+                package, package_version = "unknown distribution", None
+            else:
+                if id(dist) not in packages:
+                    packages[id(dist)] = (dist.name, dist.version)
+                package, package_version = packages[id(dist)]
             try:
                 env_id = parse_env_id(ep.name)
             except InvalidEnvId as exc:  # one plugin's bad name must not hide every other env
@@ -171,7 +179,7 @@ class Registry:
                 ep.value,
                 origin=f"plugin {package}",
                 package=package,
-                package_version=dist.version if dist else None,
+                package_version=package_version,
             )  # its sandbox is read from the package's catalog when the id is resolved (`_declare`)
             existing = self._registrations.get(registration.id)
             if existing is not None and existing.origin != registration.origin:
