@@ -160,15 +160,15 @@ class Registry:
         self._discovered = True
         # A distribution's name and version parse its METADATA file on every access, and one package
         # declares hundreds of ids (envs/*: 496 entry points in 12 packages): read once per package.
-        packages: dict[int, tuple[str, str | None]] = {}
+        packages: dict[metadata.Distribution, tuple[str, str | None]] = {}
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
             dist = ep.dist
             if dist is None:
                 package, package_version = "unknown distribution", None
             else:
-                if id(dist) not in packages:
-                    packages[id(dist)] = (dist.name, dist.version)
-                package, package_version = packages[id(dist)]
+                if dist not in packages:  # the entry points of one package share its object
+                    packages[dist] = (dist.name, dist.version)
+                package, package_version = packages[dist]
             try:
                 env_id = parse_env_id(ep.name)
             except InvalidEnvId as exc:  # one plugin's bad name must not hide every other env
