@@ -7,7 +7,7 @@ close, back to back, what an episode does to its sandbox; the baseline runs the 
 asyncio subprocess with the same `c` workers. Each concurrency gets an untimed warm-up first (the spares
 size themselves from the open rate), then `rounds` rounds, each a baseline run and a sandboxed one back
 to back. Verdict: the median of the rounds' own ratios within GOAL (2x), their spread printed beside it.
-Each round's ratio is taken within the round, as bench-trl's are: this host's speed drifts by a third
+Each round's ratio is taken within the round, as bench-trl's are: a shared host's speed can drift by a third
 within minutes, and a baseline and a sandboxed run a minute apart would measure the drift.
 
 The code-single-v0 rows: episodes with its oracle policy through envhub's runner (`run_batch`), and
