@@ -112,14 +112,16 @@ def settings() -> Settings:
     changed. Parsed once per distinct set of values: every local sandbox open reads them, and building
     the model costs a sizeable part of an open where looking the variables up costs next to nothing.
     The names are upper case, as documented (pydantic-settings would also read them in lower case)."""
-    return _parsed(tuple(os.environ.get(name) for name in _VARIABLES))
+    return _parsed(tuple(map(os.environb.get, _VARIABLES)))
 
 
-_VARIABLES = tuple(PREFIX + field.upper() for field in Settings.model_fields)
+_VARIABLES = tuple((PREFIX + field.upper()).encode() for field in Settings.model_fields)
+"""The variables' names as bytes: `os.environb` looks them up in half the time `os.environ` takes,
+which encodes each name and decodes each value."""
 
 
 @functools.lru_cache(maxsize=16)
-def _parsed(values: tuple[str | None, ...]) -> Settings:
+def _parsed(values: tuple[bytes | None, ...]) -> Settings:
     """`Settings` for these `ENVHUB_*` values (the key; pydantic-settings reads the environment itself)."""
     try:
         return Settings()

@@ -35,10 +35,10 @@ def fill_scratch(scratch: Path, policy: IsolationPolicy, uid: int) -> None:
             str(scratch),
             f"size={policy.disk_mb * MiB},nr_inodes={policy.max_files},mode=0700,uid={uid},gid={uid}",
         )
-        (scratch / STAGING).mkdir(mode=0o700)
-    for area in ("work", "tmp", "shm"):
-        (scratch / area).mkdir(mode=0o700)
-        os.chown(scratch / area, uid, uid)
+        os.mkdir(f"{scratch}/{STAGING}", 0o700)
+    for area in ("work", "tmp", "shm"):  # string paths: this runs once an open
+        os.mkdir(f"{scratch}/{area}", 0o700)
+        os.chown(f"{scratch}/{area}", uid, uid)
 
 
 SCRATCH_PREFIX = "envhub-sandbox-"
