@@ -30,7 +30,7 @@ import struct
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from envhub.sandbox.cleanup import finish
 from envhub.sandbox.results import SandboxError
@@ -212,12 +212,17 @@ class Exchange:
             resolve(self._waiter[0])
 
 
+class Started(Protocol):
+    """The server's process, as far as the client asks: whether it has exited."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+
 class ExecServer:
     """A running exec server. `run` calls must not overlap (the caller serialises them)."""
 
-    def __init__(
-        self, proc: asyncio.subprocess.Process, sock: socket.socket, kill: Callable[[], Awaitable[None]]
-    ) -> None:
+    def __init__(self, proc: Started, sock: socket.socket, kill: Callable[[], Awaitable[None]]) -> None:
         self._proc = proc
         self._sock = sock
         self._kill = kill

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Literal
 
-from envhub.sandbox import native, seccomp
+from envhub.sandbox import native, pidfd_child, seccomp
 from envhub.sandbox.base import Background, Command, ProcessBackground, Sandbox, sandbox_path, to_argv
 from envhub.sandbox.bwrap import (
     DEFAULT_PATH,
@@ -43,9 +43,10 @@ from envhub.sandbox.bwrap import (
     read_status_so_far,
 )
 from envhub.sandbox.cleanup import finish
-from envhub.sandbox.exec_client import BOOTSTRAP, Capture, ExecServer, Outcome, ServerStartError, resolve
+from envhub.sandbox.exec_client import BOOTSTRAP, Capture, ExecServer, Outcome, ServerStartError
 from envhub.sandbox.libc import become_subreaper, reap, umount
 from envhub.sandbox.local_fork import copy_areas
+from envhub.sandbox.pidfd_child import PidfdChild
 from envhub.sandbox.policy import Enforcement, IsolationPolicy, IsolationReport, MiB
 from envhub.sandbox.results import ExecResult, SandboxError, SandboxTimeout
 from envhub.sandbox.safe_files import download_beneath, read_beneath, upload_beneath, write_beneath
@@ -71,6 +72,10 @@ SETPRIV = shutil.which("setpriv", path=DEFAULT_PATH)
 saved; its gid likewise, no supplementary groups), which lets subprocess start it with a vfork."""
 
 
+Child = asyncio.subprocess.Process | PidfdChild
+"""A bwrap this sandbox started: by asyncio where the host talks to it through pipes, else (the exec
+server, where the kernel has pidfds) without asyncio's subprocess machinery (envhub.sandbox.pidfd_child)."""
+
 _unclosed: set[LocalSandbox] = set()
 """Every local sandbox opened and not yet closed in this process: abandoned at exit (below)."""
 
@@ -90,9 +95,9 @@ class LocalSandbox(Sandbox):
         self._scratch = scratch
         self._mounted = os.geteuid() == 0
         self._areas = {policy.workdir: scratch / "work", "/tmp": scratch / "tmp", "/dev/shm": scratch / "shm"}
-        self._children: set[asyncio.subprocess.Process] = set()
-        self._status_fds: dict[asyncio.subprocess.Process, int] = {}
-        self._inits: dict[asyncio.subprocess.Process, int] = {}
+        self._children: set[Child] = set()
+        self._status_fds: dict[Child, int] = {}
+        self._inits: dict[Child, int] = {}
         """Host pids of sandbox inits known while they run (the exec server's), to kill them directly."""
         self._reapers: set[asyncio.Task[None]] = set()
         self._server: ExecServer | None = None
@@ -296,7 +301,7 @@ class LocalSandbox(Sandbox):
         stderr: int = asyncio.subprocess.PIPE,
         persistent: bool = False,
         server_fd: int | None = None,
-    ) -> tuple[asyncio.subprocess.Process, int]:
+    ) -> tuple[Child, int]:
         """Start argv in the sandbox: the process, and the read end of bwrap's status pipe (which must
         stay open while the process runs: bwrap gets SIGPIPE writing to a closed one).
 
@@ -317,8 +322,7 @@ class LocalSandbox(Sandbox):
                 server=server_fd is not None,
             )
             ids = self._slot.uid if self._uid_drop == "subprocess" else None
-            proc = await asyncio.create_subprocess_exec(
-                *cmd,
+            start: dict[str, Any] = dict(
                 stdin=stdin,
                 stdout=stdout,
                 stderr=stderr,
@@ -326,11 +330,16 @@ class LocalSandbox(Sandbox):
                 cwd="/",
                 pass_fds=fds if server_fd is None else (*fds, server_fd),
                 start_new_session=True,
-                limit=4 * self.policy.max_output_bytes + 65536,  # one worker reply line
                 user=ids,
                 group=ids,
                 extra_groups=None if ids is None else [],
             )
+            proc: Child
+            if server_fd is not None and pidfd_child.supported():  # its pipes are plain descriptors
+                proc = PidfdChild(cmd, **start)
+            else:
+                limit = 4 * self.policy.max_output_bytes + 65536  # one worker reply line
+                proc = await asyncio.create_subprocess_exec(*cmd, limit=limit, **start)
         except BaseException:
             # Cancelled while starting: asyncio killed bwrap, but an init bwrap had already cloned dies
             # only after it, as an orphan of ours (we are its subreaper): reap it, or a zombie stays.
@@ -492,6 +501,7 @@ class LocalSandbox(Sandbox):
         started = loop.time()
         pipe = asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL
         proc, status_r = await self._start(argv, env=env, cwd=cwd, stdin=pipe)
+        assert isinstance(proc, asyncio.subprocess.Process)  # not the server: asyncio started it
         assert proc.stdout is not None and proc.stderr is not None
         out, err = Capture(self.policy.max_output_bytes), Capture(self.policy.max_output_bytes)
         tasks = [asyncio.create_task(out.read(proc.stdout)), asyncio.create_task(err.read(proc.stderr))]
@@ -539,6 +549,7 @@ class LocalSandbox(Sandbox):
         proc, status_r = await self._start(
             to_argv(command), env=env, cwd=None, stdin=asyncio.subprocess.PIPE, persistent=True
         )
+        assert isinstance(proc, asyncio.subprocess.Process)  # not the server: asyncio started it
         self._status_fds[proc] = status_r
         return ProcessBackground(proc, functools.partial(self._kill, proc))
 
@@ -559,7 +570,7 @@ class LocalSandbox(Sandbox):
         ):
             await _reap_now(pid)
 
-    async def _kill(self, proc: asyncio.subprocess.Process, *, reap_init: bool = False) -> None:
+    async def _kill(self, proc: Child, *, reap_init: bool = False) -> None:
         """Kill one command's whole tree: bwrap's process group; its pid namespace dies with its init.
 
         `reap_init` waits until that init is reaped too (so no process of the namespace is left when
@@ -887,19 +898,12 @@ def _orphaned_inits(uid: int) -> list[int]:
 async def _reap_now(pid: int) -> None:
     """Reap an adopted sandbox init as soon as it dies (a pidfd says when); bounded by KILL_GRACE_S."""
     try:
-        pidfd = os.pidfd_open(pid)
+        await asyncio.wait_for(pidfd_child.exited(pid), KILL_GRACE_S)
     except OSError:  # already reaped, or a kernel without pidfds: poll instead
         await reap(pid)
         return
-    loop = asyncio.get_running_loop()
-    dead = loop.create_future()
-    loop.add_reader(pidfd, resolve, dead)
-    try:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(dead, KILL_GRACE_S)
-    finally:
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
+    except TimeoutError:
+        pass
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - WNOHANG never blocks
 
