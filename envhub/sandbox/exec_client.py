@@ -213,7 +213,9 @@ class Exchange:
 
 
 class Started(Protocol):
-    """The server's process, as far as the client asks: whether it has exited."""
+    """The server's process, as far as anyone asks: its pid, and whether it has exited."""
+
+    pid: int
 
     @property
     def returncode(self) -> int | None: ...
