@@ -52,8 +52,8 @@ class Slot:
 
     def limit(self, policy: IsolationPolicy) -> None:
         """Write the policy's limits into this slot's cgroups (slots are reused with other policies).
-        Plain `os` writes on string paths: once an open, where pathlib's objects and text wrappers cost
-        several times the writes themselves."""
+        Plain `os` writes on string paths: this runs once an open, and pathlib's objects and text
+        wrappers doubled its cost."""
         if not self.cgroups:
             return
         mem, cpu = self.cgroups["memory"], self.cgroups["cpu"]
