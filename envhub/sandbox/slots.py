@@ -119,14 +119,7 @@ class Slot:
         """Every process in the slot's cgroup: what must be gone before the slot is reused."""
         if not self.cgroups:
             return []
-        fd = os.open(f"{self.cgroups['pids']}/cgroup.procs", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            text = b""
-            while chunk := os.read(fd, 65536):
-                text += chunk
-        finally:
-            os.close(fd)
-        return [int(p) for p in text.split()]
+        return cgroup_pids(f"{self.cgroups['pids']}/cgroup.procs")
 
     async def kill_all(self, *, deadline_s: float = 5.0) -> None:
         """SIGKILL everything left in the slot and wait until the cgroup is empty."""
@@ -205,6 +198,18 @@ class SlotPool:
             dirs[controller] = d
         self._made[(root, index, uid)] = dirs
         return dict(dirs)
+
+
+def cgroup_pids(procs: str | Path) -> list[int]:
+    """The pids a `cgroup.procs` file lists, read with plain `os` calls (a slot's is read twice an open)."""
+    fd = os.open(procs, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        text = b""
+        while chunk := os.read(fd, 65536):  # the kernel hands a long list over in pieces
+            text += chunk
+    finally:
+        os.close(fd)
+    return [int(p) for p in text.split()]
 
 
 def _write(path: str, value: str, *, missing_ok: bool = False) -> bool:

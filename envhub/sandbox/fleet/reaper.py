@@ -153,13 +153,13 @@ def _local_orphans(directories: tuple[Path, ...]) -> Iterator[Orphan]:
 
 def _unowned_slots() -> Iterator[tuple[int, list[int]]]:
     """Slots whose lock nobody holds but whose cgroups still hold processes."""
-    from envhub.sandbox.slots import CGROUP_NAME
+    from envhub.sandbox.slots import CGROUP_NAME, cgroup_pids
     from envhub.settings import settings
 
     for procs in sorted((settings().cgroup_root / "pids" / CGROUP_NAME).glob("slot*/cgroup.procs")):
         index = procs.parent.name.removeprefix("slot")
         with contextlib.suppress(OSError, ValueError):
-            pids = [int(p) for p in procs.read_text().split()]
+            pids = cgroup_pids(procs)
             if pids and index.isdigit():
                 with _slot_lock(int(index)) as free:
                     if free:
@@ -197,7 +197,7 @@ def _remove_scratch(orphan: Orphan) -> None:
 
 
 def _empty_slot(orphan: Orphan) -> None:
-    from envhub.sandbox.slots import CGROUP_NAME
+    from envhub.sandbox.slots import CGROUP_NAME, cgroup_pids
     from envhub.settings import settings
 
     procs = settings().cgroup_root / "pids" / CGROUP_NAME / f"slot{orphan.ref}" / "cgroup.procs"
@@ -205,7 +205,7 @@ def _empty_slot(orphan: Orphan) -> None:
         if not free:
             return  # a sandbox took the slot since: it kills the leftovers itself
         deadline = time.monotonic() + KILL_DEADLINE_S
-        while pids := [int(p) for p in procs.read_text().split()]:
+        while pids := cgroup_pids(procs):
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
