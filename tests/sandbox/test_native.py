@@ -56,3 +56,24 @@ async def test_a_binary_that_does_not_run_is_not_used(cache: Path) -> None:
     async with sandbox.open("local", spare=False) as sb:
         r = await sb.exec("echo fine; ps -o comm= -p 1")
         assert r.stdout.split() == ["fine", "python3"], r
+
+
+def _dynamically_linked(binary: Path) -> bool:
+    """Whether the ELF file names a program interpreter (the dynamic loader)."""
+    return b"ld-linux" in binary.read_bytes()[:4096]
+
+
+def test_linked_static_where_the_host_has_a_static_libc(cache: Path) -> None:
+    if not any(Path(d, "libc.a").exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")):
+        pytest.skip("no static libc on this host: the dynamic fallback is tested below")
+    built = native.exec_server()
+    assert built is not None and not _dynamically_linked(built)
+
+
+def test_a_host_that_cannot_link_static_gets_a_dynamic_server(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """exec_server() hands out a binary only after its trial run (a launch of /bin/true) succeeded."""
+    monkeypatch.setattr(native, "LINKS", (("-static", "-lno-such-library-envhub"), ()))
+    built = native.exec_server()
+    assert built is not None and _dynamically_linked(built)
