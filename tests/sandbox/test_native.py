@@ -4,6 +4,8 @@ uid's own and reused; never used when someone else could have written it, or whe
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,17 +65,31 @@ def _dynamically_linked(binary: Path) -> bool:
     return b"ld-linux" in binary.read_bytes()[:4096]
 
 
-def test_linked_static_where_the_host_has_a_static_libc(cache: Path) -> None:
-    if not any(Path(d, "libc.a").exists() for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib")):
-        pytest.skip("no static libc on this host: the dynamic fallback is tested below")
+def _position_independent(binary: Path) -> bool:
+    """ELF type ET_DYN: loaded at a random address (ASLR), as the dynamic build is by default."""
+    return int.from_bytes(binary.read_bytes()[16:18], "little") == 3
+
+
+def _compiler_finds(name: str) -> bool:
+    """Whether the C compiler has this file to link with (it prints the bare name when it has not)."""
+    compiler = next(filter(None, map(shutil.which, native.COMPILERS)), None)
+    if compiler is None:
+        return False
+    found = subprocess.run([compiler, f"-print-file-name={name}"], capture_output=True, text=True).stdout
+    return found.strip() != name
+
+
+def test_linked_static_and_position_independent_where_the_host_can(cache: Path) -> None:
+    if not (_compiler_finds("libc.a") and _compiler_finds("rcrt1.o")):
+        pytest.skip("no static-pie libc on this host: the dynamic fallback is tested below")
     built = native.exec_server()
-    assert built is not None and not _dynamically_linked(built)
+    assert built is not None and not _dynamically_linked(built) and _position_independent(built)
 
 
 def test_a_host_that_cannot_link_static_gets_a_dynamic_server(
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """exec_server() hands out a binary only after its trial run (a launch of /bin/true) succeeded."""
-    monkeypatch.setattr(native, "LINKS", (("-static", "-lno-such-library-envhub"), ()))
+    monkeypatch.setattr(native, "LINKS", (("-static-pie", "-lno-such-library-envhub"), ()))
     built = native.exec_server()
-    assert built is not None and _dynamically_linked(built)
+    assert built is not None and _dynamically_linked(built) and _position_independent(built)
