@@ -595,8 +595,19 @@ class WebTasks(envhub.ToolEnv):
             TextPart(text=prefix + (text if self.text_view else text.splitlines()[0]))
         ]
         if self.screenshot:
-            parts.append(ImagePart(data=await self._guard(page.screenshot(type="png"))))
+            parts.append(ImagePart(data=await self._screenshot(page)))
         return user(parts)
+
+    async def _screenshot(self, page: Page) -> bytes:
+        """The viewport as PNG. Chromium on a busy host sometimes has no frame to give ("Unable to capture
+        screenshot"): the host's moment, not the agent's doing, so it is asked again before the episode
+        is given up as an env error (a dead browser is not retried: `_guard` says so)."""
+        for pause in (0.2, 0.4):
+            try:
+                return await self._guard(page.screenshot(type="png"))
+            except ActionFailed:
+                await asyncio.sleep(pause)
+        return await self._guard(page.screenshot(type="png"))  # the third time, its failure is the episode's
 
     async def _view(self) -> str:
         """The page's text view once the last action's navigation has settled; it stamps element ids."""

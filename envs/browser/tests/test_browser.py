@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 from envhub_browser import TASKS, WebTasks
 from envhub_browser.browser import chromium_path, chromium_pids
+from envhub_browser.env import ActionFailed
 from envhub_browser.policy import RandomWebPolicy
 from envhub_browser.server import SiteServer
 from envhub_browser.site import Response, document
+from playwright.async_api import Error as PlaywrightError
 
 import envhub
 from envhub.core import InfrastructureError
@@ -32,6 +34,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+UNCAPTURED = "Page.screenshot: Protocol error (Page.captureScreenshot): Unable to capture screenshot"
+"""What Playwright said when a busy host's Chromium had no frame to give (a CI run, 2026-12-07)."""
 
 
 def make(task: str | None = None, **kwargs: Any) -> WebTasks:
@@ -127,6 +131,33 @@ async def test_screenshots_are_png_of_the_viewport(tmp_path: Path) -> None:
             assert 1_000 < len(image.data) < 300_000
             save(folder / f"{name}.png", image.data)
     assert saved(folder) >= {"click-shape.png", "drag-slider.png", "login.png", "wizard.png"}
+
+
+async def test_a_screenshot_chromium_cannot_capture_at_once_is_asked_again() -> None:
+    """A busy host's Chromium sometimes has no frame to give; the observation asks again rather than
+    losing a correct episode as an env error. Twice is retried; a third failure is the episode's."""
+    async with make("click-shape") as env:
+        await env.reset(seed=0)
+        page = env._page
+        real = page.screenshot
+        failures = [2]
+
+        async def flaky(**kwargs: Any) -> bytes:
+            if failures[0] > 0:
+                failures[0] -= 1
+                raise PlaywrightError(
+                    "Page.screenshot: Protocol error (Page.captureScreenshot): Unable to capture screenshot"
+                )
+            return await real(**kwargs)
+
+        page.screenshot = flaky  # type: ignore[method-assign]
+        observation, _, _, _, _ = await env.step(call("scroll", direction="down"))
+        (image,) = observation[-1].images
+        assert failures == [0] and image.data.startswith(PNG_MAGIC)
+
+        failures[0] = 3
+        with pytest.raises(ActionFailed, match="Unable to capture screenshot"):
+            await env._observation()
 
 
 async def test_text_view_lists_element_ids_and_either_view_can_be_turned_off() -> None:
