@@ -35,11 +35,11 @@ INSIDE = "/.envhub/exec-server"
 """Where a sandbox sees the binary: bound read-only over a file of bwrap's root tmpfs."""
 COMPILERS = ("cc", "gcc", "clang")
 BUILD_TIMEOUT_S = 60.0
-LINKS = (("-static-pie",), ())
+LINKS = (("-static-pie",), ("-fPIE", "-pie"))
 """How the binary is linked, in order of preference. Static first: every sandbox execs it twice (the
 launcher, then the server as pid 1), and a static binary skips the dynamic loader, ~0.1 ms of CPU an
-exec on the 2-vCPU host, ~1% of an open (docs/benchmarks.md). Position-independent, as the dynamic
-build is by default: the server parses every request of a sandbox as its pid 1, and keeps its
+exec on the 2-vCPU host, ~1% of an open (docs/benchmarks.md). Position-independent either way, whatever
+the compiler's default: the server parses every request of a sandbox as its pid 1, and keeps its
 addresses randomized. Dynamic where no static libc is installed."""
 
 
