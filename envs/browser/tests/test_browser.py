@@ -145,9 +145,7 @@ async def test_a_screenshot_chromium_cannot_capture_at_once_is_asked_again() -> 
         async def flaky(**kwargs: Any) -> bytes:
             if failures[0] > 0:
                 failures[0] -= 1
-                raise PlaywrightError(
-                    "Page.screenshot: Protocol error (Page.captureScreenshot): Unable to capture screenshot"
-                )
+                raise PlaywrightError(UNCAPTURED)
             return await real(**kwargs)
 
         page.screenshot = flaky  # type: ignore[method-assign]
