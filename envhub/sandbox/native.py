@@ -70,7 +70,7 @@ def _built() -> Path | None:
     binary = _cache_root() / digest / "envhub-exec-server"
     try:
         if not _trusted(binary):
-            compiler = next((found for name in COMPILERS if (found := shutil.which(name))), None)
+            compiler = find_compiler()
             if compiler is None:
                 log.info("no C compiler on PATH: local sandboxes start the Python exec server")
                 return None
@@ -103,23 +103,34 @@ def _build(compiler: str, binary: Path) -> None:
         raise OSError(f"{folder} is not this uid's own, or others may write to it")
     with tempfile.TemporaryDirectory(dir=folder) as work:
         target = Path(work) / binary.name
-        for i, link in enumerate(LINKS):
+        for link in LINKS[:-1]:
             try:
-                subprocess.run(
-                    [compiler, "-O2", *link, "-o", str(target), str(SOURCE)],
-                    check=True,
-                    capture_output=True,
-                    timeout=BUILD_TIMEOUT_S,
-                )
+                _compile(compiler, link, target)
                 break
             except subprocess.CalledProcessError:
-                if i == len(LINKS) - 1:
-                    raise
-                log.info("could not link the C exec server with %s (no static libc?): linking as usual", link)
+                log.info(
+                    "could not link the C exec server with %s (no static libc?): trying the next way", link
+                )
+        else:
+            _compile(compiler, LINKS[-1], target)  # the last way: its failure is the build's
         target.chmod(0o755)
         os.replace(target, binary)  # whole or not at all, whoever else builds it at the same moment
     if not _trusted(binary):
         raise OSError(f"{binary} is not this uid's own, or others may write to it")
+
+
+def find_compiler() -> str | None:
+    """The first C compiler of COMPILERS on PATH."""
+    return next((found for name in COMPILERS if (found := shutil.which(name))), None)
+
+
+def _compile(compiler: str, link: tuple[str, ...], target: Path) -> None:
+    subprocess.run(
+        [compiler, "-O2", *link, "-o", str(target), str(SOURCE)],
+        check=True,
+        capture_output=True,
+        timeout=BUILD_TIMEOUT_S,
+    )
 
 
 def _cache_root() -> Path:

@@ -4,7 +4,6 @@ uid's own and reused; never used when someone else could have written it, or whe
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,13 +65,13 @@ def _dynamically_linked(binary: Path) -> bool:
 
 
 def _position_independent(binary: Path) -> bool:
-    """ELF type ET_DYN: loaded at a random address (ASLR), as the dynamic build is by default."""
+    """ELF type ET_DYN: loaded at a random address (ASLR)."""
     return int.from_bytes(binary.read_bytes()[16:18], "little") == 3
 
 
 def _compiler_finds(name: str) -> bool:
     """Whether the C compiler has this file to link with (it prints the bare name when it has not)."""
-    compiler = next(filter(None, map(shutil.which, native.COMPILERS)), None)
+    compiler = native.find_compiler()
     if compiler is None:
         return False
     found = subprocess.run([compiler, f"-print-file-name={name}"], capture_output=True, text=True).stdout
