@@ -1,6 +1,6 @@
 """Local sandboxes opened back to back, as a rollout opens them, beside plain subprocesses.
 
-    python benchmarks/sandbox_opens.py [--opens 96] [--concurrency 1 8 32] [--episodes 48] [--rounds 3]
+    python benchmarks/sandbox_opens.py [--opens 96] [--concurrency 1 8 32] [--episodes 48] [--rounds 9]
 
 Opens per second: each of `c` workers loops open("local") + one short command (`python3 -c pass`) +
 close, back to back, what an episode does to its sandbox; the baseline runs the same command as a plain
@@ -9,6 +9,11 @@ size themselves from the open rate), then `rounds` rounds, each a baseline run a
 to back. Verdict: the median of the rounds' own ratios within GOAL (2x), their spread printed beside it.
 Each round's ratio is taken within the round, as bench-trl's are: a shared host's speed can drift by a third
 within minutes, and a baseline and a sandboxed run a minute apart would measure the drift.
+
+Nine rounds, not three: one round's ratio moves by +-0.15 around its median here (2 vCPUs, 2026-12-07:
+concurrency 32 read 1.66-2.18x within one run of nine), so a median of three landed on either side of
+the goal from run to run of the same code. A round is only 96 opens and 96 plain runs, ~2 s at
+concurrency 8 or 32: the six rounds more add about a minute.
 
 The code-single-v0 rows: episodes with its oracle policy through envhub's runner (`run_batch`), and
 their sandbox bound: the very sandbox calls those episodes made (recorded in a first, untimed batch
@@ -204,7 +209,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--episodes", type=int, default=48, help=f"{ENV_ID} episodes per round (0: skip)")
     parser.add_argument("--episode-concurrency", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=9, help="rounds per row; the verdict is their median")
     args = parser.parse_args()
     Console(width=140).print(asyncio.run(measure(args)))
 
