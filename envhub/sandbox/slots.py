@@ -117,24 +117,24 @@ class Slot:
 
     def pids(self) -> list[int]:
         """Every process in the slot's cgroup: what must be gone before the slot is reused."""
-        if not self.cgroups:
-            return []
-        return cgroup_pids(f"{self.cgroups['pids']}/cgroup.procs")
+        return cgroup_pids(self._listing) if self.cgroups else []
+
+    @property
+    def _listing(self) -> str:
+        """The pids controller's `cgroup.procs`: every process of the slot, whatever its uid."""
+        return f"{self.cgroups['pids']}/cgroup.procs"
 
     async def kill_all(self, *, deadline_s: float = 5.0) -> None:
-        """SIGKILL everything left in the slot and wait until the cgroup is empty."""
+        """SIGKILL everything left in the slot and wait until the cgroup is empty. Without cgroups there
+        is nothing to list: the sandbox's pid namespace dies with its init."""
+        if not self.cgroups:
+            return
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline_s
-        while pids := self.pids():
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        while pids := sigkill_cgroup(self._listing):
             if loop.time() > end:
                 raise RuntimeError(f"processes {pids} in sandbox slot {self.index} survived SIGKILL")
             await asyncio.sleep(0.01)
-        if not self.cgroups:
-            # No cgroup to enumerate: processes of the slot uid are the slot's processes.
-            return
 
 
 class SlotPool:
@@ -210,6 +210,17 @@ def cgroup_pids(procs: str | Path) -> list[int]:
     finally:
         os.close(fd)
     return [int(p) for p in text.split()]
+
+
+def sigkill_cgroup(procs: str | Path) -> list[int]:
+    """SIGKILL every process a `cgroup.procs` file lists, and return those it listed: one round of a
+    kill loop, shared by a slot's own (async) and the reaper's (blocking), which repeat it until the
+    list comes back empty."""
+    pids = cgroup_pids(procs)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
 
 
 def _write(path: str, value: str, *, missing_ok: bool = False) -> bool:

@@ -1,10 +1,11 @@
-"""Slot claims: lowest free index first across processes, without re-trying the process's own claims, and
-a slot's cgroups made again when one was removed while the process ran."""
+"""Slot claims: lowest free index first across processes, without re-trying the process's own claims, a
+slot's cgroups made again when one was removed while the process ran, and a dead owner's slot emptied."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from envhub.sandbox import slots
+from envhub.sandbox.fleet.reaper import find_orphans, reap
 from envhub.sandbox.slots import SlotPool, cgroups_available
 
 
@@ -96,6 +98,38 @@ def test_a_slots_cgroups_removed_while_the_process_runs_are_made_again(
         assert (slot.cgroups["pids"] / "cgroup.procs").stat().st_uid == slot.uid
         pool.release(slot)
     finally:
+        for made in slot.cgroups.values():
+            with contextlib.suppress(OSError):
+                os.rmdir(made)
+                os.rmdir(made.parent)
+
+
+@pytest.mark.skipif(not cgroups_available(), reason="needs root and cgroup v1 (memory, pids, cpu, cpuacct)")
+def test_the_reaper_kills_what_a_dead_owner_left_running_in_its_slot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner killed outright frees its slot's lock and leaves its processes running in the slot's
+    cgroup. The reaper finds the slot by what the cgroup holds, not by any name, and kills it all."""
+    monkeypatch.setenv("ENVHUB_SANDBOX_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("ENVHUB_SANDBOX_MAX_SLOTS", "1")
+    monkeypatch.setattr(slots, "CGROUP_NAME", f"envhub-test-{os.getpid()}")  # other suites' slots stay
+    pool = SlotPool()
+    slot = pool.acquire()
+    left = [subprocess.Popen(["sleep", "600"]) for _ in range(3)]
+    try:
+        for proc in left:
+            (slot.cgroups["pids"] / "cgroup.procs").write_text(str(proc.pid))
+        assert sorted(slot.pids()) == sorted(p.pid for p in left)
+        pool.release(slot)  # the owner is gone: its lock went with it, its processes did not
+        orphans = [o for o in find_orphans(None, providers=("local",)) if o.kind == "slot"]
+        assert [o.ref for o in orphans] == [str(slot.index)]
+        assert reap(orphans) == {orphans[0]: None}
+        assert [p.wait(timeout=10) for p in left] == [-signal.SIGKILL] * len(left)
+        assert slot.pids() == []
+    finally:
+        for proc in left:
+            proc.kill()
+            proc.wait()
         for made in slot.cgroups.values():
             with contextlib.suppress(OSError):
                 os.rmdir(made)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import signal
 import time
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
@@ -197,7 +196,7 @@ def _remove_scratch(orphan: Orphan) -> None:
 
 
 def _empty_slot(orphan: Orphan) -> None:
-    from envhub.sandbox.slots import CGROUP_NAME, cgroup_pids
+    from envhub.sandbox.slots import CGROUP_NAME, sigkill_cgroup
     from envhub.settings import settings
 
     procs = settings().cgroup_root / "pids" / CGROUP_NAME / f"slot{orphan.ref}" / "cgroup.procs"
@@ -205,10 +204,7 @@ def _empty_slot(orphan: Orphan) -> None:
         if not free:
             return  # a sandbox took the slot since: it kills the leftovers itself
         deadline = time.monotonic() + KILL_DEADLINE_S
-        while pids := cgroup_pids(procs):
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        while pids := sigkill_cgroup(procs):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"processes {pids} in slot {orphan.ref} survived SIGKILL")
             time.sleep(0.01)
