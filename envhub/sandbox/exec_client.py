@@ -27,6 +27,7 @@ import marshal
 import os
 import socket
 import struct
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,8 @@ KILL_GRACE_S = 5.0
 """What the server allows SIGKILLed processes to die in; the host waits that long again, plus a second."""
 HEADER = struct.Struct("!I")
 MAX_REPLY = 1 << 16
+FS_ENCODING = sys.getfilesystemencoding()
+"""How a request's strings become bytes: os.fsencode's encoding (with surrogateescape, as it does)."""
 
 
 class ServerStartError(SandboxError):
@@ -411,10 +414,10 @@ def encode_request(argv: list[str], env: Mapping[str, str], cwd: str, timeout: f
             raise SandboxError(
                 f"environment variable name {key!r} is not valid: a name is non-empty, without '='"
             )
-    encoded = [os.fsencode(field) for field in fields]
-    if any(b"\0" in field for field in encoded):
+    joined = "\0".join(fields) + "\0"
+    if joined.count("\0") != len(fields):  # one NUL per field: any more was inside one
         raise SandboxError("a command's arguments, environment and cwd cannot contain a NUL byte")
-    return b"".join(field + b"\0" for field in encoded)
+    return joined.encode(FS_ENCODING, "surrogateescape")  # as os.fsencode does, in one call, not one a field
 
 
 async def _ready(add: Callable[..., Any], remove: Callable[[int], Any], fd: int) -> None:
