@@ -31,10 +31,13 @@ EDIT_TESTS = (
 )
 
 BACKGROUND_WRITER = (
-    "setsid sh -c 'while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
-    'echo "{\\"reward\\": 1}" > /logs/verifier/reward.json; sleep 0.01; done\' >/dev/null 2>&1 & '
+    "setsid sh -c 'v=/logs/verifier; while :; do mkdir -p $v; "
+    "echo 1 > $v/.t; mv -f $v/.t $v/reward.txt; "
+    'echo "{\\"reward\\": 1}" > $v/.j; mv -f $v/.j $v/reward.json; sleep 0.01; done\' >/dev/null 2>&1 & '
     "sleep 1; cat /logs/verifier/reward.json"
 )
+"""Each write lands by a rename, whole: the `cat` that shows the writer at work never reads a reward
+caught between its truncation and its write (an empty file, which a loaded host showed twice)."""
 
 LINKED_LOGS = (
     # /logs/verifier (or, locally, the folder it links to) replaced by a link to a folder the agent owns.
