@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from envhub.sandbox import slots
 from envhub.sandbox.fleet.reaper import find_orphans, reap
 from envhub.sandbox.slots import SlotPool, cgroups_available
+from envhub.settings import settings
 
 
 @pytest.fixture
@@ -23,6 +25,22 @@ def private_locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("ENVHUB_CGROUP_ROOT", str(tmp_path / "no-cgroups"))
     monkeypatch.setenv("ENVHUB_SANDBOX_MAX_SLOTS", "64")
     return tmp_path / "locks"
+
+
+@pytest.fixture
+def own_cgroups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """One slot, its lock private and its cgroups under a name of this test's own, removed afterwards:
+    other suites' slots stay untouched. The name is yielded."""
+    monkeypatch.setenv("ENVHUB_SANDBOX_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("ENVHUB_SANDBOX_MAX_SLOTS", "1")
+    own = f"envhub-test-{os.getpid()}"
+    monkeypatch.setattr(slots, "CGROUP_NAME", own)
+    yield own
+    for controller in slots.CONTROLLERS:
+        folder = settings().cgroup_root / controller / own
+        for made in [*folder.glob("slot*"), folder]:
+            with contextlib.suppress(OSError):  # cpu and cpuacct may be one hierarchy: gone already
+                os.rmdir(made)
 
 
 def test_a_claim_opens_no_lock_the_process_already_holds(
@@ -77,42 +95,25 @@ def test_a_slot_another_process_holds_is_passed_over(private_locks: Path) -> Non
 
 
 @pytest.mark.skipif(not cgroups_available(), reason="needs root and cgroup v1 (memory, pids, cpu, cpuacct)")
-def test_a_slots_cgroups_removed_while_the_process_runs_are_made_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_slots_cgroups_removed_while_the_process_runs_are_made_again(own_cgroups: str) -> None:
     """The pool makes a slot's cgroups once per process; one removed since (an operator's clean-up) is
     made again on the next claim, owned for the join by the slot's uid."""
-    monkeypatch.setenv("ENVHUB_SANDBOX_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.setenv("ENVHUB_SANDBOX_MAX_SLOTS", "1")
-    own = f"envhub-test-{os.getpid()}"  # cgroups of this test's own: other suites' slots stay untouched
-    monkeypatch.setattr(slots, "CGROUP_NAME", own)
     pool = SlotPool()
     slot = pool.acquire()
-    try:
-        pool.release(slot)
-        gone = slot.cgroups["pids"]
-        assert gone.parent.name == own
-        os.rmdir(gone)
-        slot = pool.acquire()
-        assert slot.cgroups["pids"].is_dir()
-        assert (slot.cgroups["pids"] / "cgroup.procs").stat().st_uid == slot.uid
-        pool.release(slot)
-    finally:
-        for made in slot.cgroups.values():
-            with contextlib.suppress(OSError):
-                os.rmdir(made)
-                os.rmdir(made.parent)
+    pool.release(slot)
+    gone = slot.cgroups["pids"]
+    assert gone.parent.name == own_cgroups
+    os.rmdir(gone)
+    slot = pool.acquire()
+    assert slot.cgroups["pids"].is_dir()
+    assert (slot.cgroups["pids"] / "cgroup.procs").stat().st_uid == slot.uid
+    pool.release(slot)
 
 
 @pytest.mark.skipif(not cgroups_available(), reason="needs root and cgroup v1 (memory, pids, cpu, cpuacct)")
-def test_the_reaper_kills_what_a_dead_owner_left_running_in_its_slot(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_reaper_kills_what_a_dead_owner_left_running_in_its_slot(own_cgroups: str) -> None:
     """An owner killed outright frees its slot's lock and leaves its processes running in the slot's
     cgroup. The reaper finds the slot by what the cgroup holds, not by any name, and kills it all."""
-    monkeypatch.setenv("ENVHUB_SANDBOX_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.setenv("ENVHUB_SANDBOX_MAX_SLOTS", "1")
-    monkeypatch.setattr(slots, "CGROUP_NAME", f"envhub-test-{os.getpid()}")  # other suites' slots stay
     pool = SlotPool()
     slot = pool.acquire()
     left = [subprocess.Popen(["sleep", "600"]) for _ in range(3)]
@@ -130,7 +131,3 @@ def test_the_reaper_kills_what_a_dead_owner_left_running_in_its_slot(
         for proc in left:
             proc.kill()
             proc.wait()
-        for made in slot.cgroups.values():
-            with contextlib.suppress(OSError):
-                os.rmdir(made)
-                os.rmdir(made.parent)
